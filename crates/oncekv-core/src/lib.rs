@@ -1,0 +1,2 @@
+//! oncekv core (being written).
+pub mod waiting_list;

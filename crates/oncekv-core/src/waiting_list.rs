@@ -1,0 +1,1 @@
+//! Request waiting list (being written).

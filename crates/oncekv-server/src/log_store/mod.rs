@@ -1,0 +1,1 @@
+//! Durable raft log (being written).
