@@ -1,0 +1,343 @@
+//! What the log carries and what applying it answers.
+//!
+//! A log entry is a [`LogPayload`]: the leader's [`cluster_time`](LogPayload::cluster_time)
+//! plus one or more [`Command`]s (the server batches client commands into one entry; every
+//! command in it is applied in order and gets its own [`Response`]).
+//!
+//! The request/response shapes follow etcd's v3 API field for field, so the server's gRPC
+//! layer is a thin translation.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::session::{Secret, SessionError};
+
+/// One raft log entry's application data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogPayload {
+    /// Milliseconds of cluster time stamped by the leader when it proposed this entry.
+    /// Applying takes `max(current, this)`, so cluster time never runs backwards.
+    pub cluster_time: u64,
+    /// Applied in order; one [`Response`] each.
+    pub commands: Vec<Command>,
+}
+
+/// A state-changing command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Open a session. Its client id is the log index of the entry that carries it, so the
+    /// proposer MUST put a `RegisterClient` first in its entry (a second one in the same
+    /// entry is answered [`Response::Rejected`]). The leader draws `secret` at random.
+    RegisterClient { secret: Secret },
+    /// Refresh a session's `last_active`.
+    KeepAlive { client_id: u64, secret: Secret },
+    /// End a session and drop its saved responses.
+    CloseSession { client_id: u64, secret: Secret },
+    /// Advance cluster time only (proposed by the leader when a lease or session is due).
+    Tick,
+    /// Change the replicated settings.
+    Configure(Settings),
+    /// An op numbered by a client session: applied at most once per `(client_id, seq)`.
+    Tracked(Tracked),
+    /// An op without a session (etcd behaviour: a retry may apply it twice).
+    Untracked(Op),
+}
+
+/// A session-numbered op: the seven exactly-once rules decide whether it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tracked {
+    pub client_id: u64,
+    pub secret: Secret,
+    /// This request's number; a retry re-sends the same one.
+    pub seq: u64,
+    /// The smallest seq the client has no response for: everything below may be forgotten.
+    pub first_incomplete: u64,
+    pub op: Op,
+}
+
+/// Replicated cluster settings (not per-node constants: every replica must expire the same
+/// sessions at the same log index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// A session idle for longer than this (in cluster-time milliseconds) is removed.
+    pub session_ttl_ms: u64,
+    /// How many sequence numbers past `acked_below` a client may have outstanding.
+    pub window: u64,
+    /// Lease grants with a smaller TTL (seconds) are raised to it, as etcd does.
+    pub min_lease_ttl_secs: i64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            session_ttl_ms: 60_000,
+            window: 128,
+            min_lease_ttl_secs: 2,
+        }
+    }
+}
+
+/// The largest lease TTL etcd accepts, in seconds.
+pub const MAX_LEASE_TTL_SECS: i64 = 9_000_000_000;
+
+/// A mutating operation (what etcd would put through raft).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    Put(PutRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+    LeaseGrant { id: i64, ttl: i64 },
+    LeaseRevoke { id: i64 },
+    LeaseKeepAlive { id: i64 },
+}
+
+impl Op {
+    /// A put with no options.
+    pub fn put(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Op {
+        Op::Put(PutRequest {
+            key: key.into(),
+            value: value.into(),
+            ..PutRequest::default()
+        })
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutRequest {
+    pub key: Bytes,
+    pub value: Bytes,
+    /// Attach the key to this lease (0: none).
+    pub lease: i64,
+    pub prev_kv: bool,
+    /// Keep the current value; the key must exist.
+    pub ignore_value: bool,
+    /// Keep the current lease; `lease` must then be 0.
+    pub ignore_lease: bool,
+}
+
+/// etcd's key range: `range_end` empty means the single `key`; `"\0"` means every key
+/// `>= key`; otherwise `[key, range_end)`. A prefix is `[p, prefix_end(p))`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRange {
+    pub key: Bytes,
+    pub range_end: Bytes,
+}
+
+impl KeyRange {
+    pub fn single(key: impl Into<Bytes>) -> KeyRange {
+        KeyRange {
+            key: key.into(),
+            range_end: Bytes::new(),
+        }
+    }
+
+    pub fn prefix(prefix: impl Into<Bytes>) -> KeyRange {
+        let key: Bytes = prefix.into();
+        let range_end = prefix_end(&key);
+        KeyRange { key, range_end }
+    }
+}
+
+/// The `range_end` that selects every key starting with `prefix` (etcd's `GetPrefixRangeEnd`):
+/// the prefix with its last non-0xff byte incremented, or `"\0"` (to the end) if none.
+pub fn prefix_end(prefix: &[u8]) -> Bytes {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end.into();
+        }
+    }
+    Bytes::from_static(b"\0")
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortOrder {
+    #[default]
+    None,
+    Ascend,
+    Descend,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortTarget {
+    #[default]
+    Key,
+    Version,
+    Create,
+    Mod,
+    Value,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeRequest {
+    pub range: KeyRange,
+    /// At most this many kvs (0: no limit); `more` tells if some were left out.
+    pub limit: i64,
+    /// Read at this revision (0: current). Older revisions answer `Compacted` (no MVCC
+    /// history is kept); newer ones `FutureRevision`.
+    pub revision: i64,
+    pub sort_order: SortOrder,
+    pub sort_target: SortTarget,
+    pub keys_only: bool,
+    pub count_only: bool,
+    pub min_mod_revision: i64,
+    pub max_mod_revision: i64,
+    pub min_create_revision: i64,
+    pub max_create_revision: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRangeRequest {
+    pub range: KeyRange,
+    pub prev_kv: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRequest {
+    pub compare: Vec<Compare>,
+    pub success: Vec<RequestOp>,
+    pub failure: Vec<RequestOp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestOp {
+    Range(RangeRequest),
+    Put(PutRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareResult {
+    Equal,
+    Greater,
+    Less,
+    NotEqual,
+}
+
+/// What a compare looks at, with the operand (etcd's `target_union`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareTarget {
+    Version(i64),
+    CreateRevision(i64),
+    ModRevision(i64),
+    Value(Bytes),
+    Lease(i64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    pub result: CompareResult,
+    pub target: CompareTarget,
+    pub range: KeyRange,
+}
+
+/// etcd's `mvccpb.KeyValue`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyValue {
+    pub key: Bytes,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub value: Bytes,
+    pub lease: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeResponse {
+    pub kvs: Vec<KeyValue>,
+    pub more: bool,
+    pub count: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutResponse {
+    pub prev_kv: Option<KeyValue>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRangeResponse {
+    pub deleted: i64,
+    pub prev_kvs: Vec<KeyValue>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResponse {
+    pub succeeded: bool,
+    pub responses: Vec<ResponseOp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResponseOp {
+    Range(RangeResponse),
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+}
+
+/// The successful result of an [`Op`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpResponse {
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+    LeaseGrant { id: i64, ttl: i64 },
+    LeaseRevoke,
+    LeaseKeepAlive { id: i64, ttl: i64 },
+}
+
+/// An op that was applied (or refused by the store's rules), with the store revision right
+/// after it. This is what a session saves: a retried failing op fails the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpReply {
+    pub revision: i64,
+    pub result: Result<OpResponse, OpError>,
+}
+
+/// etcd's answers for a request the store refuses. Messages match etcd's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum OpError {
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseAlreadyExists,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRevision,
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("etcdserver: too many operations in txn request")]
+    TooManyOps,
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+}
+
+/// The answer to one [`Command`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// `RegisterClient` opened this session.
+    Registered {
+        client_id: u64,
+        secret: Secret,
+        settings: Settings,
+    },
+    /// `KeepAlive` / `CloseSession`.
+    Session(Result<(), SessionError>),
+    /// `Tick` / `Configure`, or a non-application entry.
+    Done,
+    /// A tracked or untracked op. `Err` only from the session rules (the op did not run,
+    /// or its saved response was lost to expiry/acks).
+    Op(Result<OpReply, SessionError>),
+    /// A malformed command (e.g. two registrations in one entry); nothing changed.
+    Rejected,
+}

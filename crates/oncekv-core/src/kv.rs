@@ -1,0 +1,289 @@
+//! The key-value store with etcd's revision semantics, without MVCC history.
+//!
+//! One store revision per mutating command (a txn's writes share one), per-key
+//! `create_revision`, `mod_revision` and `version`. Writes go through a [`Write`] so that a
+//! txn can make several changes at the revision it will commit.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::command::{
+    DeleteRangeRequest, DeleteRangeResponse, KeyRange, KeyValue, OpError, RangeRequest,
+    RangeResponse, SortOrder, SortTarget,
+};
+
+/// What the store keeps for a key (the key itself is the map key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Value {
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub value: Bytes,
+    pub lease: i64,
+}
+
+impl Value {
+    pub fn to_key_value(&self, key: &Bytes) -> KeyValue {
+        KeyValue {
+            key: key.clone(),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            version: self.version,
+            value: self.value.clone(),
+            lease: self.lease,
+        }
+    }
+}
+
+/// The key space and its revision counter. A fresh store is at revision 1, as etcd is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvStore {
+    map: BTreeMap<Bytes, Value>,
+    revision: i64,
+}
+
+impl Default for KvStore {
+    fn default() -> Self {
+        KvStore {
+            map: BTreeMap::new(),
+            revision: 1,
+        }
+    }
+}
+
+/// A mutation in progress: every change made through it carries `revision`, and
+/// [`KvStore::commit`] advances the store to it if anything changed.
+#[derive(Debug, Clone, Copy)]
+pub struct Write {
+    pub revision: i64,
+    pub changed: bool,
+}
+
+/// The `(start, end)` bounds etcd's `key`/`range_end` pair selects.
+pub fn bounds(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    let key: &[u8] = &range.key;
+    if range.range_end.is_empty() {
+        (Bound::Included(key), Bound::Included(key))
+    } else if range.range_end.as_ref() == b"\0" {
+        (Bound::Included(key), Bound::Unbounded)
+    } else {
+        (Bound::Included(key), Bound::Excluded(&range.range_end))
+    }
+}
+
+/// Whether `key` lies in `range`.
+pub fn in_range(range: &KeyRange, key: &[u8]) -> bool {
+    let after_start = key >= &range.key[..];
+    let before_end = match range.range_end.as_ref() {
+        b"" => key == &range.key[..],
+        b"\0" => true,
+        end => key < end,
+    };
+    after_start && before_end
+}
+
+fn is_empty_range(range: &KeyRange) -> bool {
+    !range.range_end.is_empty() && range.range_end.as_ref() != b"\0" && range.range_end <= range.key
+}
+
+impl KvStore {
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&Value> {
+        self.map.get(key)
+    }
+
+    /// Every key in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Value)> {
+        self.map.iter()
+    }
+
+    /// Rebuilds a store (restore from a snapshot).
+    pub fn from_parts(revision: i64, entries: impl IntoIterator<Item = (Bytes, Value)>) -> Self {
+        KvStore {
+            map: entries.into_iter().collect(),
+            revision,
+        }
+    }
+
+    /// The keys (with values) in `range`, in key order.
+    pub fn scan<'a>(&'a self, range: &'a KeyRange) -> impl Iterator<Item = (&'a Bytes, &'a Value)> {
+        let empty = is_empty_range(range);
+        let (start, end) = if empty {
+            (Bound::Unbounded, Bound::Excluded(&b""[..]))
+        } else {
+            bounds(range)
+        };
+        self.map.range::<[u8], _>((start, end))
+    }
+
+    /// Starts a mutation at the next revision.
+    pub fn begin(&self) -> Write {
+        Write {
+            revision: self.revision + 1,
+            changed: false,
+        }
+    }
+
+    /// Ends a mutation: the store revision advances only if something changed.
+    pub fn commit(&mut self, write: Write) {
+        if write.changed {
+            self.revision = write.revision;
+        }
+    }
+
+    /// Whether a read at `revision` (0: current) can be served: no history is kept, so
+    /// older revisions are `Compacted`.
+    pub fn check_revision(&self, revision: i64) -> Result<(), OpError> {
+        if revision > self.revision {
+            return Err(OpError::FutureRevision);
+        }
+        if revision > 0 && revision < self.revision {
+            return Err(OpError::Compacted);
+        }
+        Ok(())
+    }
+
+    /// etcd's Range. Reads see writes already made in the current txn.
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, OpError> {
+        self.check_revision(req.revision)?;
+        let in_bounds = |v: &Value| {
+            (req.min_mod_revision == 0 || v.mod_revision >= req.min_mod_revision)
+                && (req.max_mod_revision == 0 || v.mod_revision <= req.max_mod_revision)
+                && (req.min_create_revision == 0 || v.create_revision >= req.min_create_revision)
+                && (req.max_create_revision == 0 || v.create_revision <= req.max_create_revision)
+        };
+        let mut count = 0i64;
+        let mut matched: Vec<(&Bytes, &Value)> = Vec::new();
+        for (k, v) in self.scan(&req.range) {
+            count += 1;
+            if !req.count_only && in_bounds(v) {
+                matched.push((k, v));
+            }
+        }
+        let order = match (req.sort_order, req.sort_target) {
+            (SortOrder::None, SortTarget::Key) => SortOrder::None,
+            (SortOrder::None, _) => SortOrder::Ascend,
+            (order, _) => order,
+        };
+        if order != SortOrder::None {
+            // Stable: ties stay in key order.
+            matched.sort_by(|(ka, a), (kb, b)| match req.sort_target {
+                SortTarget::Key => ka.cmp(kb),
+                SortTarget::Version => a.version.cmp(&b.version),
+                SortTarget::Create => a.create_revision.cmp(&b.create_revision),
+                SortTarget::Mod => a.mod_revision.cmp(&b.mod_revision),
+                SortTarget::Value => a.value.cmp(&b.value),
+            });
+            if order == SortOrder::Descend {
+                matched.reverse();
+            }
+        }
+        let mut more = false;
+        if req.limit > 0 && matched.len() as i64 > req.limit {
+            matched.truncate(req.limit as usize);
+            more = true;
+        }
+        let kvs = matched
+            .into_iter()
+            .map(|(k, v)| {
+                let mut kv = v.to_key_value(k);
+                if req.keys_only {
+                    kv.value = Bytes::new();
+                }
+                kv
+            })
+            .collect();
+        Ok(RangeResponse { kvs, more, count })
+    }
+
+    /// Sets `key` to `value` with `lease`, returning the previous value. The caller has
+    /// checked the request (non-empty key, lease exists) and keeps the lease table in step.
+    pub fn put(&mut self, w: &mut Write, key: Bytes, value: Bytes, lease: i64) -> Option<Value> {
+        w.changed = true;
+        let rev = w.revision;
+        match self.map.get_mut(&key) {
+            Some(v) => {
+                let prev = v.clone();
+                v.mod_revision = rev;
+                v.version += 1;
+                v.value = value;
+                v.lease = lease;
+                Some(prev)
+            }
+            None => {
+                let v = Value {
+                    create_revision: rev,
+                    mod_revision: rev,
+                    version: 1,
+                    value,
+                    lease,
+                };
+                self.map.insert(key, v);
+                None
+            }
+        }
+    }
+
+    /// Deletes every key in the range; returns the deleted keys with their values (the
+    /// caller detaches them from leases).
+    pub fn delete_range(&mut self, w: &mut Write, range: &KeyRange) -> Vec<(Bytes, Value)> {
+        let keys: Vec<Bytes> = self.scan(range).map(|(k, _)| k.clone()).collect();
+        let mut deleted = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Some(v) = self.map.remove(&key) {
+                deleted.push((key, v));
+            }
+        }
+        if !deleted.is_empty() {
+            w.changed = true;
+        }
+        deleted
+    }
+
+    /// Builds etcd's DeleteRange response from what [`delete_range`](Self::delete_range)
+    /// removed.
+    pub fn delete_response(
+        req: &DeleteRangeRequest,
+        deleted: &[(Bytes, Value)],
+    ) -> DeleteRangeResponse {
+        DeleteRangeResponse {
+            deleted: deleted.len() as i64,
+            prev_kvs: if req.prev_kv {
+                deleted.iter().map(|(k, v)| v.to_key_value(k)).collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Checks the invariants; `Err` names the first one broken.
+    pub fn validate(&self) -> Result<(), String> {
+        for (k, v) in &self.map {
+            if k.is_empty() {
+                return Err("empty key in the store".into());
+            }
+            if v.version < 1 || v.create_revision > v.mod_revision || v.mod_revision > self.revision
+            {
+                return Err(format!(
+                    "key {k:?}: bad revisions {v:?} at store revision {}",
+                    self.revision
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,334 @@
+//! The session table: oncekv's idempotent receiver (RIFL's result tracker).
+//!
+//! Each registered client has a [`Session`]: its secret, the sequence numbers it has
+//! acknowledged (`acked_below`), when it was last active, and the saved response of every
+//! seq it may still ask about. [`SessionTable::check`] implements rules 1–6 of
+//! `shared/DESIGN.md` section 2; the caller applies the op and hands the response to
+//! [`SessionTable::save`] (rule 7).
+//!
+//! Expiry uses a *lazy* deadline index: each session has one `(indexed_time, client_id)`
+//! entry with `indexed_time <= last_active`. Refreshing a session only writes its
+//! `last_active` (nothing on the hot path touches the index); when an index entry comes due
+//! the session is either removed (it really is idle) or re-indexed at its true
+//! `last_active`. Expiry therefore costs O(log n) per due entry and never scans the table.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::command::OpReply;
+
+/// A session's 128-bit secret. Drawn at random by the leader and stored in the log, so every
+/// replica holds the same one. `Debug` does not print it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Secret(pub [u8; 16]);
+
+impl Secret {
+    pub fn from_u128(v: u128) -> Secret {
+        Secret(v.to_be_bytes())
+    }
+
+    /// Lower-case hex, as carried in the `oncekv-session-secret` request metadata.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits; `None` for anything else.
+    pub fn from_hex(s: &str) -> Option<Secret> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Secret(out))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Why a session command was not executed. These are *answers*, not transport failures: a
+/// client must not blindly retry them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum SessionError {
+    #[error(
+        "oncekv: session {client_id} expired or never existed; the request's outcome is unknown if it was sent before"
+    )]
+    SessionExpired { client_id: u64 },
+    #[error("oncekv: wrong secret for session {client_id}")]
+    PermissionDenied { client_id: u64 },
+    #[error("oncekv: seq {seq} is stale: the client acknowledged everything below {acked_below}")]
+    Stale { seq: u64, acked_below: u64 },
+    #[error(
+        "oncekv: seq {seq} is past the window: at most seq {limit} is accepted until earlier responses are acknowledged"
+    )]
+    WindowExceeded { seq: u64, limit: u64 },
+}
+
+/// One client's session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    secret: Secret,
+    /// Every seq below this has been acknowledged by the client (its `first_incomplete`).
+    acked_below: u64,
+    /// Cluster time of the last executed command or keep-alive.
+    last_active: u64,
+    /// Saved responses, strictly increasing by seq, every seq in
+    /// `[acked_below, acked_below + window)`.
+    saved: Vec<(u64, OpReply)>,
+}
+
+impl Session {
+    pub fn acked_below(&self) -> u64 {
+        self.acked_below
+    }
+
+    pub fn last_active(&self) -> u64 {
+        self.last_active
+    }
+
+    /// The saved responses, by seq.
+    pub fn saved(&self) -> &[(u64, OpReply)] {
+        &self.saved
+    }
+}
+
+/// The parts of a tracked command the session rules look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestId {
+    pub client_id: u64,
+    pub secret: Secret,
+    pub seq: u64,
+    pub first_incomplete: u64,
+}
+
+/// What [`SessionTable::check`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict<'a> {
+    /// Rule 7: apply the op, then call [`SessionTable::save`] with its reply.
+    Execute,
+    /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing.
+    Duplicate(&'a OpReply),
+    /// Rules 1, 2, 4, 6: not applied.
+    Reject(SessionError),
+}
+
+/// All sessions, with their deadline index.
+#[derive(Debug, Clone, Default)]
+pub struct SessionTable {
+    sessions: FxHashMap<u64, Session>,
+    /// Lazy: `(t, id)` with `t <= sessions[id].last_active`; stale entries of closed
+    /// sessions are dropped when they come due.
+    by_activity: BTreeSet<(u64, u64)>,
+}
+
+impl SessionTable {
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    pub fn get(&self, client_id: u64) -> Option<&Session> {
+        self.sessions.get(&client_id)
+    }
+
+    /// Sessions in client-id order (for snapshots and comparisons).
+    pub fn sorted(&self) -> Vec<(u64, &Session)> {
+        let mut all: Vec<_> = self.sessions.iter().map(|(id, s)| (*id, s)).collect();
+        all.sort_unstable_by_key(|(id, _)| *id);
+        all
+    }
+
+    /// Creates a session; `false` (and nothing changes) if `client_id` is taken.
+    pub fn register(&mut self, client_id: u64, secret: Secret, now: u64) -> bool {
+        if self.sessions.contains_key(&client_id) {
+            return false;
+        }
+        let session = Session {
+            secret,
+            acked_below: 1,
+            last_active: now,
+            saved: Vec::new(),
+        };
+        self.sessions.insert(client_id, session);
+        self.by_activity.insert((now, client_id));
+        true
+    }
+
+    /// Refreshes `last_active` after checking the secret.
+    pub fn keep_alive(
+        &mut self,
+        client_id: u64,
+        secret: Secret,
+        now: u64,
+    ) -> Result<(), SessionError> {
+        let session = Self::authenticate(&mut self.sessions, client_id, secret)?;
+        session.last_active = session.last_active.max(now);
+        Ok(())
+    }
+
+    /// Removes the session and its saved responses after checking the secret.
+    pub fn close(&mut self, client_id: u64, secret: Secret) -> Result<(), SessionError> {
+        Self::authenticate(&mut self.sessions, client_id, secret)?;
+        self.sessions.remove(&client_id);
+        Ok(())
+    }
+
+    fn authenticate(
+        sessions: &mut FxHashMap<u64, Session>,
+        client_id: u64,
+        secret: Secret,
+    ) -> Result<&mut Session, SessionError> {
+        // Rule 1, then rule 2 (which reveals nothing about the session).
+        let session = sessions
+            .get_mut(&client_id)
+            .ok_or(SessionError::SessionExpired { client_id })?;
+        if session.secret != secret {
+            return Err(SessionError::PermissionDenied { client_id });
+        }
+        Ok(session)
+    }
+
+    /// Rules 1–6 for a tracked command, in order. On [`Verdict::Execute`] the caller MUST
+    /// apply the op and then call [`save`](Self::save) with the same `client_id` and `seq`
+    /// before applying anything else for this session.
+    pub fn check(&mut self, req: RequestId, window: u64) -> Verdict<'_> {
+        let session = match Self::authenticate(&mut self.sessions, req.client_id, req.secret) {
+            Ok(session) => session,
+            Err(e) => return Verdict::Reject(e),
+        };
+        // Rule 3: the client no longer needs responses below `first_incomplete`.
+        if req.first_incomplete > session.acked_below {
+            session.acked_below = req.first_incomplete;
+            let keep_from = session
+                .saved
+                .partition_point(|(seq, _)| *seq < req.first_incomplete);
+            session.saved.drain(..keep_from);
+        }
+        // Rule 4.
+        if req.seq < session.acked_below {
+            return Verdict::Reject(SessionError::Stale {
+                seq: req.seq,
+                acked_below: session.acked_below,
+            });
+        }
+        // Rule 5.
+        if let Ok(i) = session
+            .saved
+            .binary_search_by_key(&req.seq, |(seq, _)| *seq)
+        {
+            return Verdict::Duplicate(&session.saved[i].1);
+        }
+        // Rule 6: bounded memory without ever dropping a response the client may need.
+        let limit = session.acked_below.saturating_add(window);
+        if req.seq >= limit {
+            return Verdict::Reject(SessionError::WindowExceeded {
+                seq: req.seq,
+                limit: limit - 1,
+            });
+        }
+        Verdict::Execute
+    }
+
+    /// Rule 7's tail: saves `reply` for `seq` and marks the session active at `now`.
+    /// Call only after [`check`](Self::check) answered [`Verdict::Execute`] for this seq.
+    pub fn save(&mut self, client_id: u64, seq: u64, reply: OpReply, now: u64) {
+        let Some(session) = self.sessions.get_mut(&client_id) else {
+            debug_assert!(false, "save() without a successful check()");
+            return;
+        };
+        session.last_active = session.last_active.max(now);
+        match session.saved.last() {
+            Some((last, _)) if *last > seq => {
+                let at = session.saved.partition_point(|(s, _)| *s < seq);
+                session.saved.insert(at, (seq, reply));
+            }
+            _ => session.saved.push((seq, reply)),
+        }
+    }
+
+    /// Removes every session with `last_active + ttl < now`, returning their ids in the
+    /// order removed. O(log n) per index entry that comes due.
+    pub fn expire(&mut self, now: u64, ttl: u64) -> Vec<u64> {
+        let mut expired = Vec::new();
+        while let Some(&(t, id)) = self.by_activity.first() {
+            if t.saturating_add(ttl) >= now {
+                break;
+            }
+            self.by_activity.pop_first();
+            let Some(session) = self.sessions.get(&id) else {
+                continue; // closed earlier; its index entry was left behind
+            };
+            if session.last_active.saturating_add(ttl) < now {
+                self.sessions.remove(&id);
+                expired.push(id);
+            } else {
+                self.by_activity.insert((session.last_active, id));
+            }
+        }
+        expired
+    }
+
+    /// The earliest cluster time at which [`expire`](Self::expire) may remove something.
+    pub fn next_deadline(&self, ttl: u64) -> Option<u64> {
+        self.by_activity
+            .first()
+            .map(|(t, _)| t.saturating_add(ttl).saturating_add(1))
+    }
+
+    /// Rebuilds a table from sessions (restore from a snapshot).
+    pub fn from_sessions(sessions: impl IntoIterator<Item = (u64, Session)>) -> SessionTable {
+        let mut table = SessionTable::default();
+        for (id, session) in sessions {
+            table.by_activity.insert((session.last_active, id));
+            table.sessions.insert(id, session);
+        }
+        table
+    }
+
+    /// Checks the invariants; `Err` names the first one broken.
+    pub fn validate(&self, window: u64) -> Result<(), String> {
+        let mut indexed: FxHashMap<u64, u64> = FxHashMap::default();
+        for &(t, id) in &self.by_activity {
+            if self.sessions.contains_key(&id) && indexed.insert(id, t).is_some() {
+                return Err(format!("session {id} has two deadline-index entries"));
+            }
+        }
+        for (id, s) in &self.sessions {
+            match indexed.get(id) {
+                None => return Err(format!("session {id} is missing from the deadline index")),
+                Some(t) if *t > s.last_active => {
+                    return Err(format!("session {id} indexed after its last activity"));
+                }
+                Some(_) => {}
+            }
+            if s.acked_below == 0 {
+                return Err(format!("session {id}: acked_below is 0"));
+            }
+            let mut prev = None;
+            for (seq, _) in &s.saved {
+                if *seq < s.acked_below || *seq >= s.acked_below.saturating_add(window) {
+                    return Err(format!(
+                        "session {id}: saved seq {seq} outside [{}, {}+{window})",
+                        s.acked_below, s.acked_below
+                    ));
+                }
+                if prev.is_some_and(|p| p >= *seq) {
+                    return Err(format!("session {id}: saved seqs not strictly increasing"));
+                }
+                prev = Some(*seq);
+            }
+        }
+        Ok(())
+    }
+}

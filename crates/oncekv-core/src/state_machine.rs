@@ -1,0 +1,438 @@
+//! The replicated state machine: `apply(index, entry) -> responses`, deterministic and
+//! clock-free.
+//!
+//! Every replica that applies the same log gets the same state and the same responses.
+//! Time comes only from the entries' `cluster_time`; sessions and leases expire while an
+//! entry is applied, before its commands run.
+
+use bytes::Bytes;
+
+use crate::command::{
+    Command, DeleteRangeRequest, DeleteRangeResponse, LogPayload, MAX_LEASE_TTL_SECS, Op, OpError,
+    OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response,
+    ResponseOp, Settings, Tracked, TxnRequest, TxnResponse,
+};
+use crate::kv::{KvStore, Write};
+use crate::lease::LeaseTable;
+use crate::session::{RequestId, SessionError, SessionTable, Verdict};
+use crate::txn::{compares_hold, validate_txn};
+
+/// Counters for metrics and reports. Not part of the replicated state (not in snapshots).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Tracked ops executed (rule 7).
+    pub executed: u64,
+    /// Tracked ops answered from a saved response (rule 5).
+    pub duplicates: u64,
+    /// Tracked ops refused by rules 1, 2, 4 or 6.
+    pub rejected: u64,
+    pub sessions_expired: u64,
+    pub leases_expired: u64,
+}
+
+/// Something that expired while applying the entry at `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    Session { index: u64, client_id: u64 },
+    Lease { index: u64, id: i64 },
+}
+
+/// KV store, leases, sessions and settings, at an applied index and cluster time.
+#[derive(Debug, Clone, Default)]
+pub struct StateMachine {
+    pub(crate) kv: KvStore,
+    pub(crate) leases: LeaseTable,
+    pub(crate) sessions: SessionTable,
+    pub(crate) settings: Settings,
+    pub(crate) applied_index: u64,
+    pub(crate) cluster_time: u64,
+    pub(crate) stats: Stats,
+    pub(crate) expiry_log: Option<Vec<Expired>>,
+}
+
+impl StateMachine {
+    pub fn new(settings: Settings) -> StateMachine {
+        StateMachine {
+            settings,
+            ..StateMachine::default()
+        }
+    }
+
+    /// Applies the entry at `index`. The caller MUST apply entries in log order, each index
+    /// once, and MUST return `responses[i]` to whoever proposed `payload.commands[i]`.
+    pub fn apply(&mut self, index: u64, payload: &LogPayload) -> Vec<Response> {
+        self.begin_entry(index, payload.cluster_time);
+        payload
+            .commands
+            .iter()
+            .enumerate()
+            .map(|(pos, c)| self.apply_command(index, pos, c))
+            .collect()
+    }
+
+    /// Records a raft entry that carries no commands (blank or membership): the applied
+    /// index moves, cluster time does not.
+    pub fn apply_empty(&mut self, index: u64) {
+        debug_assert!(index > self.applied_index, "entries applied out of order");
+        self.applied_index = index;
+    }
+
+    fn begin_entry(&mut self, index: u64, cluster_time: u64) {
+        debug_assert!(index > self.applied_index, "entries applied out of order");
+        self.applied_index = index;
+        self.cluster_time = self.cluster_time.max(cluster_time);
+        let now = self.cluster_time;
+        for client_id in self.sessions.expire(now, self.settings.session_ttl_ms) {
+            self.stats.sessions_expired += 1;
+            self.record(Expired::Session { index, client_id });
+        }
+        for (id, lease) in self.leases.expire(now) {
+            self.stats.leases_expired += 1;
+            self.delete_keys(lease.keys);
+            self.record(Expired::Lease { index, id });
+        }
+    }
+
+    fn record(&mut self, e: Expired) {
+        if let Some(log) = &mut self.expiry_log {
+            log.push(e);
+        }
+    }
+
+    fn apply_command(&mut self, index: u64, pos: usize, command: &Command) -> Response {
+        let now = self.cluster_time;
+        match command {
+            Command::RegisterClient { secret } => {
+                if pos == 0 && self.sessions.register(index, *secret, now) {
+                    Response::Registered {
+                        client_id: index,
+                        secret: *secret,
+                        settings: self.settings,
+                    }
+                } else {
+                    Response::Rejected
+                }
+            }
+            Command::KeepAlive { client_id, secret } => {
+                Response::Session(self.sessions.keep_alive(*client_id, *secret, now))
+            }
+            Command::CloseSession { client_id, secret } => {
+                Response::Session(self.sessions.close(*client_id, *secret))
+            }
+            Command::Tick => Response::Done,
+            Command::Configure(s) => {
+                // Shrinking the window could strand saved responses a client still needs.
+                if s.window < self.settings.window
+                    || s.session_ttl_ms == 0
+                    || s.min_lease_ttl_secs < 1
+                {
+                    Response::Rejected
+                } else {
+                    self.settings = *s;
+                    Response::Done
+                }
+            }
+            Command::Tracked(t) => Response::Op(self.apply_tracked(index, t)),
+            Command::Untracked(op) => Response::Op(Ok(self.execute(index, op))),
+        }
+    }
+
+    /// The exactly-once rules (`shared/DESIGN.md` section 2): 1–6 in the session table,
+    /// 7 here.
+    fn apply_tracked(&mut self, index: u64, t: &Tracked) -> Result<OpReply, SessionError> {
+        let id = RequestId {
+            client_id: t.client_id,
+            secret: t.secret,
+            seq: t.seq,
+            first_incomplete: t.first_incomplete,
+        };
+        match self.sessions.check(id, self.settings.window) {
+            Verdict::Reject(e) => {
+                self.stats.rejected += 1;
+                return Err(e);
+            }
+            Verdict::Duplicate(saved) => {
+                self.stats.duplicates += 1;
+                return Ok(saved.clone());
+            }
+            Verdict::Execute => {}
+        }
+        self.stats.executed += 1;
+        let reply = self.execute(index, &t.op);
+        self.sessions
+            .save(t.client_id, t.seq, reply.clone(), self.cluster_time);
+        Ok(reply)
+    }
+
+    /// Runs an op against the store. Refusals (`Err` in the reply) change nothing.
+    fn execute(&mut self, index: u64, op: &Op) -> OpReply {
+        let result = match op {
+            Op::Put(p) => self.check_put(p).map(|()| {
+                let mut w = self.kv.begin();
+                let resp = self.put(&mut w, p);
+                self.kv.commit(w);
+                OpResponse::Put(resp)
+            }),
+            Op::DeleteRange(d) => self.check_delete(d).map(|()| {
+                let mut w = self.kv.begin();
+                let resp = self.delete(&mut w, d);
+                self.kv.commit(w);
+                OpResponse::DeleteRange(resp)
+            }),
+            Op::Txn(t) => self.txn(t).map(OpResponse::Txn),
+            Op::LeaseGrant { id, ttl } => self.lease_grant(index, *id, *ttl),
+            Op::LeaseRevoke { id } => match self.leases.revoke(*id) {
+                Some(lease) => {
+                    self.delete_keys(lease.keys);
+                    Ok(OpResponse::LeaseRevoke)
+                }
+                None => Err(OpError::LeaseNotFound),
+            },
+            Op::LeaseKeepAlive { id } => match self.leases.keep_alive(*id, self.cluster_time) {
+                Some(ttl) => Ok(OpResponse::LeaseKeepAlive { id: *id, ttl }),
+                None => Err(OpError::LeaseNotFound),
+            },
+        };
+        OpReply {
+            revision: self.kv.revision(),
+            result,
+        }
+    }
+
+    fn check_put(&self, p: &PutRequest) -> Result<(), OpError> {
+        if p.key.is_empty() {
+            return Err(OpError::EmptyKey);
+        }
+        if p.ignore_lease && p.lease != 0 {
+            return Err(OpError::LeaseProvided);
+        }
+        if p.ignore_value && !p.value.is_empty() {
+            return Err(OpError::ValueProvided);
+        }
+        if (p.ignore_value || p.ignore_lease) && self.kv.get(&p.key).is_none() {
+            return Err(OpError::KeyNotFound);
+        }
+        if p.lease != 0 && !self.leases.contains(p.lease) {
+            return Err(OpError::LeaseNotFound);
+        }
+        Ok(())
+    }
+
+    fn check_delete(&self, d: &DeleteRangeRequest) -> Result<(), OpError> {
+        if d.range.key.is_empty() {
+            return Err(OpError::EmptyKey);
+        }
+        Ok(())
+    }
+
+    /// A put that [`check_put`](Self::check_put) accepted.
+    fn put(&mut self, w: &mut Write, p: &PutRequest) -> PutResponse {
+        let existing = self.kv.get(&p.key);
+        let value = match (p.ignore_value, existing) {
+            (true, Some(v)) => v.value.clone(),
+            _ => p.value.clone(),
+        };
+        let lease = match (p.ignore_lease, existing) {
+            (true, Some(v)) => v.lease,
+            _ => p.lease,
+        };
+        let prev = self.kv.put(w, p.key.clone(), value, lease);
+        if let Some(prev) = &prev
+            && prev.lease != lease
+            && prev.lease != 0
+        {
+            self.leases.detach(prev.lease, &p.key);
+        }
+        if lease != 0 {
+            self.leases.attach(lease, &p.key);
+        }
+        PutResponse {
+            prev_kv: prev.filter(|_| p.prev_kv).map(|v| v.to_key_value(&p.key)),
+        }
+    }
+
+    fn delete(&mut self, w: &mut Write, d: &DeleteRangeRequest) -> DeleteRangeResponse {
+        let deleted = self.kv.delete_range(w, &d.range);
+        for (key, v) in &deleted {
+            if v.lease != 0 {
+                self.leases.detach(v.lease, key);
+            }
+        }
+        KvStore::delete_response(d, &deleted)
+    }
+
+    /// Deletes a revoked or expired lease's keys at one new revision.
+    fn delete_keys(&mut self, keys: impl IntoIterator<Item = Bytes>) {
+        let mut w = self.kv.begin();
+        for key in keys {
+            self.kv
+                .delete_range(&mut w, &crate::command::KeyRange::single(key));
+        }
+        self.kv.commit(w);
+    }
+
+    fn txn(&mut self, t: &TxnRequest) -> Result<TxnResponse, OpError> {
+        // The op-count limit is the server's flag; here only the shape matters.
+        validate_txn(t, usize::MAX)?;
+        self.check_txn(t)?;
+        let mut w = self.kv.begin();
+        let resp = self.run_txn(&mut w, t);
+        self.kv.commit(w);
+        Ok(resp)
+    }
+
+    /// Checks the branch that will run, before anything changes, as etcd does: a txn is
+    /// refused whole or applied whole.
+    fn check_txn(&self, t: &TxnRequest) -> Result<(), OpError> {
+        let branch = if compares_hold(&self.kv, t) {
+            &t.success
+        } else {
+            &t.failure
+        };
+        for op in branch {
+            match op {
+                RequestOp::Range(r) => self.kv.check_revision(r.revision)?,
+                RequestOp::Put(p) => self.check_put(p)?,
+                RequestOp::DeleteRange(d) => self.check_delete(d)?,
+                RequestOp::Txn(inner) => self.check_txn(inner)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn run_txn(&mut self, w: &mut Write, t: &TxnRequest) -> TxnResponse {
+        let succeeded = compares_hold(&self.kv, t);
+        let branch = if succeeded { &t.success } else { &t.failure };
+        let mut responses = Vec::with_capacity(branch.len());
+        for op in branch {
+            responses.push(match op {
+                RequestOp::Range(r) => ResponseOp::Range(self.kv.range(r).unwrap_or_default()),
+                // A nested txn's branch can differ from the one checked up front (earlier
+                // ops moved its compares); a put that is no longer valid is skipped.
+                RequestOp::Put(p) => ResponseOp::Put(match self.check_put(p) {
+                    Ok(()) => self.put(w, p),
+                    Err(_) => PutResponse::default(),
+                }),
+                RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete(w, d)),
+                RequestOp::Txn(inner) => ResponseOp::Txn(self.run_txn(w, inner)),
+            });
+        }
+        TxnResponse {
+            succeeded,
+            responses,
+        }
+    }
+
+    fn lease_grant(&mut self, index: u64, id: i64, ttl: i64) -> Result<OpResponse, OpError> {
+        if ttl > MAX_LEASE_TTL_SECS {
+            return Err(OpError::LeaseTtlTooLarge);
+        }
+        let ttl = ttl.max(self.settings.min_lease_ttl_secs);
+        let id = if id == 0 {
+            self.leases
+                .free_id(i64::try_from(index).unwrap_or(i64::MAX))
+        } else if self.leases.contains(id) {
+            return Err(OpError::LeaseAlreadyExists);
+        } else {
+            id
+        };
+        self.leases.grant(id, ttl, self.cluster_time);
+        Ok(OpResponse::LeaseGrant { id, ttl })
+    }
+
+    /// etcd's Range against the applied state, with the revision it was read at.
+    pub fn range(&self, req: &RangeRequest) -> Result<(i64, RangeResponse), OpError> {
+        if req.range.key.is_empty() {
+            return Err(OpError::EmptyKey);
+        }
+        Ok((self.kv.revision(), self.kv.range(req)?))
+    }
+
+    /// The earliest cluster time at which a session or lease may expire: when no traffic
+    /// moves time past it, the leader proposes a [`Command::Tick`].
+    pub fn next_deadline(&self) -> Option<u64> {
+        let s = self.sessions.next_deadline(self.settings.session_ttl_ms);
+        let l = self.leases.next_deadline();
+        match (s, l) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Starts (or stops) recording what expires, for tests and the simulation.
+    pub fn record_expiries(&mut self, on: bool) {
+        self.expiry_log = on.then(Vec::new);
+    }
+
+    /// Takes what expired since the last call (needs [`record_expiries`](Self::record_expiries)).
+    pub fn take_expired(&mut self) -> Vec<Expired> {
+        self.expiry_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    pub fn kv(&self) -> &KvStore {
+        &self.kv
+    }
+
+    pub fn leases(&self) -> &LeaseTable {
+        &self.leases
+    }
+
+    pub fn sessions(&self) -> &SessionTable {
+        &self.sessions
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    pub fn cluster_time(&self) -> u64 {
+        self.cluster_time
+    }
+
+    pub fn revision(&self) -> i64 {
+        self.kv.revision()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Checks every invariant (STYLE.md): saved seqs inside each session's window, deadline
+    /// indexes covering every session and lease, lease key sets matching the keys' leases,
+    /// sane revisions. `Err` names the first one broken.
+    pub fn validate(&self) -> Result<(), String> {
+        self.kv.validate()?;
+        self.leases.validate()?;
+        self.sessions.validate(self.settings.window)?;
+        for (key, v) in self.kv.iter() {
+            if v.lease != 0
+                && !self
+                    .leases
+                    .get(v.lease)
+                    .is_some_and(|l| l.keys.contains(key))
+            {
+                return Err(format!(
+                    "key {key:?} names lease {} which does not list it",
+                    v.lease
+                ));
+            }
+        }
+        for (id, lease) in self.leases.iter() {
+            for key in &lease.keys {
+                if self.kv.get(key).is_none_or(|v| v.lease != *id) {
+                    return Err(format!(
+                        "lease {id} lists key {key:?} which is not attached"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
