@@ -62,3 +62,4 @@ pub use session::{Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;
 pub use state_machine::{Expired, StateMachine, Stats};
 pub use tracker::RequestTracker;
+pub use txn::validate_txn;

@@ -73,12 +73,18 @@ impl StateMachine {
     /// Records a raft entry that carries no commands (blank or membership): the applied
     /// index moves, cluster time does not.
     pub fn apply_empty(&mut self, index: u64) {
-        debug_assert!(index > self.applied_index, "entries applied out of order");
+        debug_assert!(
+            index > self.applied_index || (index == 0 && self.applied_index == 0),
+            "entries applied out of order"
+        );
         self.applied_index = index;
     }
 
     fn begin_entry(&mut self, index: u64, cluster_time: u64) {
-        debug_assert!(index > self.applied_index, "entries applied out of order");
+        debug_assert!(
+            index > self.applied_index || (index == 0 && self.applied_index == 0),
+            "entries applied out of order"
+        );
         self.applied_index = index;
         self.cluster_time = self.cluster_time.max(cluster_time);
         let now = self.cluster_time;

@@ -1,5 +1,22 @@
 //! oncekv server: openraft consensus over a durable log, the core state machine, and
 //! etcd-compatible gRPC services.
+//!
+//! - [`node`]: starting a member ([`node::Node::start`]) and what its handlers share.
+//! - [`proposer`]: the write hot path (batching commands into entries, cluster time).
+//! - [`log_store`] and [`sm_store`]: the durable raft log and the state machine with its
+//!   snapshot file.
+//! - [`network`] and [`services`]: raft between peers, and the gRPC servers.
+//! - [`etcd`]: the etcd v3 API and oncekv's Session service.
 
+pub mod etcd;
 pub mod log_store;
+pub mod network;
+pub mod node;
 pub mod pb;
+pub mod proposer;
+pub mod services;
+pub mod sm_store;
+pub mod types;
+
+pub use node::{Node, NodeConfig};
+pub use types::Member;

@@ -1,0 +1,140 @@
+//! Between etcd's protobuf messages and the core's request and response types.
+
+use oncekv_core as core;
+use oncekv_core::{CompareResult, CompareTarget, KeyRange, SortOrder, SortTarget};
+
+use super::ApiError;
+use crate::pb::etcdserverpb as pb;
+use crate::pb::mvccpb;
+
+pub fn range_request(r: &pb::RangeRequest) -> Result<core::RangeRequest, ApiError> {
+    use pb::range_request::{SortOrder as O, SortTarget as T};
+    let sort_order = match O::try_from(r.sort_order) {
+        Ok(O::None) => SortOrder::None,
+        Ok(O::Ascend) => SortOrder::Ascend,
+        Ok(O::Descend) => SortOrder::Descend,
+        Err(_) => return Err(ApiError::InvalidArgument(format!("unknown sort order {}", r.sort_order))),
+    };
+    let sort_target = match T::try_from(r.sort_target) {
+        Ok(T::Key) => SortTarget::Key,
+        Ok(T::Version) => SortTarget::Version,
+        Ok(T::Create) => SortTarget::Create,
+        Ok(T::Mod) => SortTarget::Mod,
+        Ok(T::Value) => SortTarget::Value,
+        Err(_) => return Err(ApiError::InvalidArgument(format!("unknown sort target {}", r.sort_target))),
+    };
+    Ok(core::RangeRequest {
+        range: KeyRange { key: r.key.clone(), range_end: r.range_end.clone() },
+        limit: r.limit,
+        revision: r.revision,
+        sort_order,
+        sort_target,
+        keys_only: r.keys_only,
+        count_only: r.count_only,
+        min_mod_revision: r.min_mod_revision,
+        max_mod_revision: r.max_mod_revision,
+        min_create_revision: r.min_create_revision,
+        max_create_revision: r.max_create_revision,
+    })
+}
+
+pub fn put_request(r: pb::PutRequest) -> core::PutRequest {
+    core::PutRequest {
+        key: r.key,
+        value: r.value,
+        lease: r.lease,
+        prev_kv: r.prev_kv,
+        ignore_value: r.ignore_value,
+        ignore_lease: r.ignore_lease,
+    }
+}
+
+pub fn delete_request(r: pb::DeleteRangeRequest) -> core::DeleteRangeRequest {
+    core::DeleteRangeRequest { range: KeyRange { key: r.key, range_end: r.range_end }, prev_kv: r.prev_kv }
+}
+
+pub fn txn_request(r: pb::TxnRequest) -> Result<core::TxnRequest, ApiError> {
+    let compare = r.compare.into_iter().map(compare).collect::<Result<_, _>>()?;
+    let success = r.success.into_iter().map(request_op).collect::<Result<_, _>>()?;
+    let failure = r.failure.into_iter().map(request_op).collect::<Result<_, _>>()?;
+    Ok(core::TxnRequest { compare, success, failure })
+}
+
+fn compare(c: pb::Compare) -> Result<core::Compare, ApiError> {
+    use pb::compare::{CompareResult as R, CompareTarget as T, TargetUnion as U};
+    let result = match R::try_from(c.result) {
+        Ok(R::Equal) => CompareResult::Equal,
+        Ok(R::Greater) => CompareResult::Greater,
+        Ok(R::Less) => CompareResult::Less,
+        Ok(R::NotEqual) => CompareResult::NotEqual,
+        Err(_) => return Err(ApiError::InvalidArgument(format!("unknown compare result {}", c.result))),
+    };
+    // etcd reads the operand from the union member matching `target`; a missing one
+    // compares against the zero value.
+    let target = match (T::try_from(c.target), c.target_union) {
+        (Ok(T::Version), Some(U::Version(v))) => CompareTarget::Version(v),
+        (Ok(T::Version), _) => CompareTarget::Version(0),
+        (Ok(T::Create), Some(U::CreateRevision(v))) => CompareTarget::CreateRevision(v),
+        (Ok(T::Create), _) => CompareTarget::CreateRevision(0),
+        (Ok(T::Mod), Some(U::ModRevision(v))) => CompareTarget::ModRevision(v),
+        (Ok(T::Mod), _) => CompareTarget::ModRevision(0),
+        (Ok(T::Value), Some(U::Value(v))) => CompareTarget::Value(v),
+        (Ok(T::Value), _) => CompareTarget::Value(Default::default()),
+        (Ok(T::Lease), Some(U::Lease(v))) => CompareTarget::Lease(v),
+        (Ok(T::Lease), _) => CompareTarget::Lease(0),
+        (Err(_), _) => return Err(ApiError::InvalidArgument(format!("unknown compare target {}", c.target))),
+    };
+    Ok(core::Compare { result, target, range: KeyRange { key: c.key, range_end: c.range_end } })
+}
+
+fn request_op(op: pb::RequestOp) -> Result<core::RequestOp, ApiError> {
+    use pb::request_op::Request;
+    Ok(match op.request {
+        Some(Request::RequestRange(r)) => core::RequestOp::Range(range_request(&r)?),
+        Some(Request::RequestPut(p)) => core::RequestOp::Put(put_request(p)),
+        Some(Request::RequestDeleteRange(d)) => core::RequestOp::DeleteRange(delete_request(d)),
+        Some(Request::RequestTxn(t)) => core::RequestOp::Txn(txn_request(t)?),
+        None => return Err(ApiError::InvalidArgument("txn op with no request".into())),
+    })
+}
+
+pub fn key_value(kv: core::KeyValue) -> mvccpb::KeyValue {
+    mvccpb::KeyValue {
+        key: kv.key,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value,
+        lease: kv.lease,
+    }
+}
+
+pub fn range_response(r: core::RangeResponse, header: Option<pb::ResponseHeader>) -> pb::RangeResponse {
+    pb::RangeResponse { header, kvs: r.kvs.into_iter().map(key_value).collect(), more: r.more, count: r.count }
+}
+
+pub fn put_response(r: core::PutResponse, header: Option<pb::ResponseHeader>) -> pb::PutResponse {
+    pb::PutResponse { header, prev_kv: r.prev_kv.map(key_value) }
+}
+
+pub fn delete_response(r: core::DeleteRangeResponse, header: Option<pb::ResponseHeader>) -> pb::DeleteRangeResponse {
+    pb::DeleteRangeResponse { header, deleted: r.deleted, prev_kvs: r.prev_kvs.into_iter().map(key_value).collect() }
+}
+
+/// A txn response; nested responses carry the same header, as etcd's do.
+pub fn txn_response(r: core::TxnResponse, header: Option<pb::ResponseHeader>) -> pb::TxnResponse {
+    use pb::response_op::Response as R;
+    let responses = r
+        .responses
+        .into_iter()
+        .map(|op| pb::ResponseOp {
+            response: Some(match op {
+                core::ResponseOp::Range(x) => R::ResponseRange(range_response(x, header)),
+                core::ResponseOp::Put(x) => R::ResponsePut(put_response(x, header)),
+                core::ResponseOp::DeleteRange(x) => R::ResponseDeleteRange(delete_response(x, header)),
+                core::ResponseOp::Txn(x) => R::ResponseTxn(txn_response(x, header)),
+            }),
+        })
+        .collect();
+    pb::TxnResponse { header, succeeded: r.succeeded, responses }
+}

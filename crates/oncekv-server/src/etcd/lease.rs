@@ -1,0 +1,117 @@
+//! etcd's Lease service. Grants, revokes and keep-alives go through the log (expiry is
+//! decided by cluster time, on every replica alike); TimeToLive and Leases read.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use oncekv_core::{Op, OpError, OpResponse};
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::ApiError;
+use super::session::SessionMeta;
+use crate::node::NodeCore;
+use crate::pb::etcdserverpb as pb;
+use crate::pb::etcdserverpb::lease_server::Lease;
+use crate::proposer::wall_ms;
+
+#[derive(Debug, Clone)]
+pub struct LeaseService {
+    pub node: Arc<NodeCore>,
+}
+
+#[tonic::async_trait]
+impl Lease for LeaseService {
+    async fn lease_grant(
+        &self,
+        request: Request<pb::LeaseGrantRequest>,
+    ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        let meta = SessionMeta::from_metadata(request.metadata())?;
+        let r = request.into_inner();
+        let reply = self.node.execute(Op::LeaseGrant { id: r.id, ttl: r.ttl }, meta).await?;
+        match reply.result.map_err(ApiError::from)? {
+            OpResponse::LeaseGrant { id, ttl } => Ok(Response::new(pb::LeaseGrantResponse {
+                header: self.node.header(reply.revision),
+                id,
+                ttl,
+                error: String::new(),
+            })),
+            other => Err(ApiError::Internal(format!("{other:?}")).into()),
+        }
+    }
+
+    async fn lease_revoke(
+        &self,
+        request: Request<pb::LeaseRevokeRequest>,
+    ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let meta = SessionMeta::from_metadata(request.metadata())?;
+        let r = request.into_inner();
+        let reply = self.node.execute(Op::LeaseRevoke { id: r.id }, meta).await?;
+        reply.result.map_err(ApiError::from)?;
+        Ok(Response::new(pb::LeaseRevokeResponse { header: self.node.header(reply.revision) }))
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        request: Request<Streaming<pb::LeaseKeepAliveRequest>>,
+    ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
+        let node = self.node.clone();
+        let incoming = request.into_inner();
+        // One response per request, in order. A lease that is gone answers TTL 0, as etcd
+        // does, rather than ending the stream.
+        let out = incoming.then(move |req| {
+            let node = node.clone();
+            async move {
+                let req = req?;
+                let reply = node.execute(Op::LeaseKeepAlive { id: req.id }, None).await?;
+                let ttl = match reply.result {
+                    Ok(OpResponse::LeaseKeepAlive { ttl, .. }) => ttl,
+                    Err(OpError::LeaseNotFound) => 0,
+                    Ok(other) => return Err(ApiError::Internal(format!("{other:?}")).into()),
+                    Err(e) => return Err(ApiError::from(e).into()),
+                };
+                Ok(pb::LeaseKeepAliveResponse { header: node.header(reply.revision), id: req.id, ttl })
+            }
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        request: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let r = request.into_inner();
+        self.node.read_index().await.map_err(ApiError::from)?;
+        let inner = self.node.applied.read();
+        let now = inner.sm.cluster_time().max(wall_ms());
+        let revision = inner.sm.revision();
+        // etcd answers an unknown lease with TTL -1 rather than an error.
+        let resp = match inner.sm.leases().status(r.id, r.keys, now) {
+            Some(s) => pb::LeaseTimeToLiveResponse {
+                header: self.node.header(revision),
+                id: r.id,
+                ttl: s.ttl,
+                granted_ttl: s.granted_ttl,
+                keys: s.keys,
+            },
+            None => pb::LeaseTimeToLiveResponse {
+                header: self.node.header(revision),
+                id: r.id,
+                ttl: -1,
+                granted_ttl: 0,
+                keys: Vec::new(),
+            },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(
+        &self,
+        _request: Request<pb::LeaseLeasesRequest>,
+    ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        self.node.read_index().await.map_err(ApiError::from)?;
+        let inner = self.node.applied.read();
+        let leases = inner.sm.leases().iter().map(|(id, _)| pb::LeaseStatus { id: *id }).collect();
+        Ok(Response::new(pb::LeaseLeasesResponse { header: self.node.header(inner.sm.revision()), leases }))
+    }
+}

@@ -1,0 +1,125 @@
+//! The etcd v3 gRPC API (KV, Lease, Cluster, Maintenance) and oncekv's Session service.
+//!
+//! Handlers translate requests to core ops, propose or read through [`NodeCore`], and map
+//! every refusal to the gRPC status etcd would send, with etcd's message.
+
+mod cluster;
+pub mod convert;
+mod kv;
+mod lease;
+mod session;
+
+pub use cluster::{ClusterService, MaintenanceService};
+pub use kv::KvService;
+pub use lease::LeaseService;
+pub use session::{SessionMeta, SessionService};
+
+use oncekv_core::{Command, Op, OpError, OpReply, Response, SessionError, Tracked};
+use tonic::{Code, Status};
+
+use crate::node::NodeCore;
+use crate::pb::etcdserverpb::ResponseHeader;
+use crate::proposer::ProposeError;
+
+/// Metadata key carrying a machine-readable reason on oncekv's own errors.
+pub const ERROR_DETAIL_KEY: &str = "oncekv-error";
+
+/// Why a request failed, before it becomes a gRPC status.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Op(#[from] OpError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+    #[error("etcdserver: request is too large")]
+    TooLarge,
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("oncekv: unexpected response from the state machine: {0}")]
+    Internal(String),
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        let msg = e.to_string();
+        let (code, detail) = match &e {
+            ApiError::Op(op) => (op_code(op), None),
+            ApiError::Session(s) => match s {
+                SessionError::SessionExpired { .. } => (Code::FailedPrecondition, Some("session-expired")),
+                SessionError::PermissionDenied { .. } => (Code::PermissionDenied, Some("permission-denied")),
+                SessionError::Stale { .. } => (Code::FailedPrecondition, Some("stale")),
+                SessionError::WindowExceeded { .. } => (Code::ResourceExhausted, Some("window-exceeded")),
+            },
+            ApiError::Propose(p) => match p {
+                ProposeError::Internal(_) => (Code::Internal, None),
+                _ => (Code::Unavailable, None),
+            },
+            ApiError::TooLarge | ApiError::InvalidArgument(_) => (Code::InvalidArgument, None),
+            ApiError::Internal(_) => (Code::Internal, None),
+        };
+        let mut status = Status::new(code, msg);
+        if let Some(detail) = detail
+            && let Ok(v) = detail.parse()
+        {
+            status.metadata_mut().insert(ERROR_DETAIL_KEY, v);
+        }
+        status
+    }
+}
+
+/// The gRPC code etcd uses for each store refusal.
+fn op_code(e: &OpError) -> Code {
+    match e {
+        OpError::LeaseNotFound => Code::NotFound,
+        OpError::LeaseAlreadyExists => Code::FailedPrecondition,
+        OpError::LeaseTtlTooLarge | OpError::Compacted | OpError::FutureRevision => Code::OutOfRange,
+        OpError::KeyNotFound
+        | OpError::LeaseProvided
+        | OpError::ValueProvided
+        | OpError::DuplicateKey
+        | OpError::TooManyOps
+        | OpError::EmptyKey => Code::InvalidArgument,
+    }
+}
+
+impl NodeCore {
+    /// etcd's response header at `revision`.
+    pub fn header(&self, revision: i64) -> Option<ResponseHeader> {
+        Some(ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.id,
+            revision,
+            raft_term: self.term(),
+        })
+    }
+
+    /// Refuses a request whose encoding exceeds `--max-request-bytes`.
+    pub fn check_size(&self, req: &impl prost::Message) -> Result<(), ApiError> {
+        if req.encoded_len() > self.config.max_request_bytes {
+            return Err(ApiError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// Proposes `op`, tracked under the session in `meta` if there is one (exactly once),
+    /// untracked otherwise (etcd behaviour).
+    pub async fn execute(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
+        let command = match meta {
+            Some(m) => Command::Tracked(Tracked {
+                client_id: m.client_id,
+                secret: m.secret,
+                seq: m.seq,
+                first_incomplete: m.first_incomplete,
+                op,
+            }),
+            None => Command::Untracked(op),
+        };
+        match self.propose(command).await? {
+            Response::Op(Ok(reply)) => Ok(reply),
+            Response::Op(Err(e)) => Err(ApiError::Session(e)),
+            other => Err(ApiError::Internal(format!("{other:?}"))),
+        }
+    }
+}

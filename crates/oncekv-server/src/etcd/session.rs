@@ -1,0 +1,122 @@
+//! oncekv's Session service and the request metadata that makes a write exactly-once.
+
+use std::sync::Arc;
+
+use oncekv_core::{Command, Response as CoreResponse, Secret};
+use rand::RngCore;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+
+use super::ApiError;
+use crate::node::NodeCore;
+use crate::pb::oncekv as pb;
+use crate::pb::oncekv::session_server::Session;
+
+pub const CLIENT_ID_KEY: &str = "oncekv-client-id";
+pub const SECRET_KEY: &str = "oncekv-session-secret";
+pub const SEQ_KEY: &str = "oncekv-seq";
+pub const FIRST_INCOMPLETE_KEY: &str = "oncekv-first-incomplete";
+
+/// The session fields of a tracked request, from its gRPC metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionMeta {
+    pub client_id: u64,
+    pub secret: Secret,
+    pub seq: u64,
+    pub first_incomplete: u64,
+}
+
+impl SessionMeta {
+    /// `None` when the request carries no session (an etcd client); an error when the
+    /// session metadata is partial or malformed (never silently untracked).
+    pub fn from_metadata(md: &MetadataMap) -> Result<Option<SessionMeta>, ApiError> {
+        let keys = [CLIENT_ID_KEY, SECRET_KEY, SEQ_KEY, FIRST_INCOMPLETE_KEY];
+        let present = keys.iter().filter(|k| md.contains_key(**k)).count();
+        if present == 0 {
+            return Ok(None);
+        }
+        let get = |key: &str| -> Result<&str, ApiError> {
+            md.get(key)
+                .ok_or_else(|| ApiError::InvalidArgument(format!("oncekv: session metadata is missing {key}")))?
+                .to_str()
+                .map_err(|_| ApiError::InvalidArgument(format!("oncekv: {key} is not ASCII")))
+        };
+        let number = |key: &str| -> Result<u64, ApiError> {
+            get(key)?.parse().map_err(|_| ApiError::InvalidArgument(format!("oncekv: {key} is not a number")))
+        };
+        let secret = Secret::from_hex(get(SECRET_KEY)?)
+            .ok_or_else(|| ApiError::InvalidArgument(format!("oncekv: {SECRET_KEY} must be 32 hex digits")))?;
+        let meta = SessionMeta {
+            client_id: number(CLIENT_ID_KEY)?,
+            secret,
+            seq: number(SEQ_KEY)?,
+            first_incomplete: number(FIRST_INCOMPLETE_KEY)?,
+        };
+        if meta.seq == 0 || meta.first_incomplete == 0 {
+            return Err(ApiError::InvalidArgument("oncekv: seq and first-incomplete start at 1".into()));
+        }
+        Ok(Some(meta))
+    }
+}
+
+fn secret_from_bytes(bytes: &[u8]) -> Result<Secret, ApiError> {
+    let arr: [u8; 16] = bytes
+        .try_into()
+        .map_err(|_| ApiError::InvalidArgument("oncekv: a session secret is 16 bytes".into()))?;
+    Ok(Secret(arr))
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionService {
+    pub node: Arc<NodeCore>,
+}
+
+impl SessionService {
+    async fn session_command(&self, command: Command) -> Result<i64, Status> {
+        match self.node.propose(command).await.map_err(ApiError::from)? {
+            CoreResponse::Session(Ok(())) => Ok(self.node.applied.read().sm.revision()),
+            CoreResponse::Session(Err(e)) => Err(ApiError::from(e).into()),
+            other => Err(ApiError::Internal(format!("{other:?}")).into()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Session for SessionService {
+    async fn register(&self, _request: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
+        let mut secret = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut secret);
+        let command = Command::RegisterClient { secret: Secret(secret) };
+        match self.node.propose(command).await.map_err(ApiError::from)? {
+            CoreResponse::Registered { client_id, secret, settings } => {
+                let revision = self.node.applied.read().sm.revision();
+                Ok(Response::new(pb::RegisterResponse {
+                    header: self.node.header(revision),
+                    client_id,
+                    secret: secret.0.to_vec().into(),
+                    ttl_ms: settings.session_ttl_ms,
+                    window: settings.window,
+                }))
+            }
+            other => Err(ApiError::Internal(format!("{other:?}")).into()),
+        }
+    }
+
+    async fn keep_alive(
+        &self,
+        request: Request<pb::SessionKeepAliveRequest>,
+    ) -> Result<Response<pb::SessionKeepAliveResponse>, Status> {
+        let r = request.into_inner();
+        let secret = secret_from_bytes(&r.secret)?;
+        let revision = self.session_command(Command::KeepAlive { client_id: r.client_id, secret }).await?;
+        Ok(Response::new(pb::SessionKeepAliveResponse { header: self.node.header(revision) }))
+    }
+
+    async fn close(&self, request: Request<pb::SessionCloseRequest>) -> Result<Response<pb::SessionCloseResponse>, Status> {
+        let r = request.into_inner();
+        let secret = secret_from_bytes(&r.secret)?;
+        let revision = self.session_command(Command::CloseSession { client_id: r.client_id, secret }).await?;
+        Ok(Response::new(pb::SessionCloseResponse { header: self.node.header(revision) }))
+    }
+}
+

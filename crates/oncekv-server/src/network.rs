@@ -1,0 +1,171 @@
+//! Raft traffic between oncekv servers, over gRPC.
+//!
+//! One tonic channel per peer, created lazily and reused by every RPC to that peer (a
+//! channel multiplexes requests over one HTTP/2 connection and reconnects by itself).
+//! Every RPC has a deadline. A peer that cannot be connected to is reported as
+//! [`Unreachable`], so openraft backs off instead of hammering it. openraft's messages
+//! travel as postcard bytes inside the `oncekv.Raft` service's opaque payloads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
+    InstallSnapshotResponse, VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::pb::oncekv::RaftRequest;
+use crate::pb::oncekv::raft_client::RaftClient;
+use crate::types::{Member, NodeId, TypeConfig};
+
+/// Largest peer message accepted or sent: an append of a batch of large values, or a
+/// snapshot chunk.
+pub const MAX_PEER_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Channels to peers, shared by every raft network client of this node.
+#[derive(Debug, Clone, Default)]
+pub struct PeerChannels {
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    connect_timeout: Duration,
+}
+
+impl PeerChannels {
+    pub fn new(connect_timeout: Duration) -> PeerChannels {
+        PeerChannels { channels: Arc::default(), connect_timeout }
+    }
+
+    /// The channel to `url`, created on first use (connection made lazily).
+    pub fn channel(&self, url: &str) -> Result<Channel, String> {
+        let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ch) = map.get(url) {
+            return Ok(ch.clone());
+        }
+        let endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| format!("bad peer url {url:?}: {e}"))?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5));
+        let ch = endpoint.connect_lazy();
+        map.insert(url.to_string(), ch.clone());
+        Ok(ch)
+    }
+
+    pub fn raft_client(&self, url: &str) -> Result<RaftClient<Channel>, String> {
+        Ok(RaftClient::new(self.channel(url)?)
+            .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES))
+    }
+}
+
+/// Builds a [`PeerClient`] per target for openraft.
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub peers: PeerChannels,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Member) -> PeerClient {
+        PeerClient { target, url: node.peer_url.clone(), peers: self.peers.clone() }
+    }
+}
+
+/// openraft's client for one peer.
+#[derive(Debug)]
+pub struct PeerClient {
+    target: NodeId,
+    url: String,
+    peers: PeerChannels,
+}
+
+/// Whether a gRPC failure means the peer could not be reached at all (connect refused,
+/// DNS, connection reset) as opposed to a slow or failed call.
+fn is_unreachable(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable
+}
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        method: Method,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RPCError<NodeId, Member, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let payload = postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut client =
+            self.peers.raft_client(&self.url).map_err(|e| unreachable_err(&e))?;
+        let mut request = tonic::Request::new(RaftRequest { payload: payload.into() });
+        request.set_timeout(timeout);
+        let reply = match method {
+            Method::Append => client.append_entries(request).await,
+            Method::Vote => client.vote(request).await,
+            Method::Snapshot => client.install_snapshot(request).await,
+        };
+        let reply = match reply {
+            Ok(r) => r.into_inner(),
+            Err(status) if is_unreachable(&status) => return Err(unreachable_err(&status)),
+            Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
+        };
+        let result: Result<Resp, RaftError<NodeId, E>> = postcard::from_bytes(&reply.payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+fn unreachable_err<E: std::error::Error>(e: &impl std::fmt::Display) -> RPCError<NodeId, Member, E> {
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        e.to_string(),
+    )))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Method {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
+        self.call(Method::Append, &rpc, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, Member, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(Method::Snapshot, &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
+        self.call(Method::Vote, &rpc, option.hard_ttl()).await
+    }
+}

@@ -1,0 +1,357 @@
+//! One oncekv server: raft over the durable log and the state machine, the client-facing
+//! gRPC services and the peer service, and the background tasks (proposer, ticker).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncekv_core::{Command, RangeRequest, Response, Settings};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::log_store::{LogStore, LogStoreOptions};
+use crate::network::{Network, PeerChannels};
+use crate::pb::oncekv::ForwardRequest;
+use crate::proposer::{BatchLimits, ProposeError, Proposer, wall_ms};
+use crate::sm_store::{Applied, SmStore};
+use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
+
+/// Everything a server needs to start. Defaults follow etcd's where they mean the same.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// Where clients connect (etcd's `--listen-client-urls`).
+    pub client_addr: SocketAddr,
+    /// Where peers connect (etcd's `--listen-peer-urls`).
+    pub peer_addr: SocketAddr,
+    /// Every member: name, peer url, client url (may be empty if unknown).
+    pub initial_cluster: Vec<Member>,
+    /// Take a snapshot (and purge the log) every this many applied entries.
+    pub snapshot_count: u64,
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms: u64,
+    /// Requests larger than this are refused ("etcdserver: request is too large").
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    /// How long a write may wait for its entry to be applied.
+    pub request_timeout: Duration,
+    /// Replicated settings proposed when the cluster first forms.
+    pub settings: Settings,
+    pub batch: BatchLimits,
+}
+
+impl NodeConfig {
+    /// A config with etcd-like defaults for everything but names and addresses.
+    pub fn new(
+        name: impl Into<String>,
+        data_dir: impl Into<PathBuf>,
+        client_addr: SocketAddr,
+        peer_addr: SocketAddr,
+        initial_cluster: Vec<Member>,
+    ) -> NodeConfig {
+        NodeConfig {
+            name: name.into(),
+            data_dir: data_dir.into(),
+            client_addr,
+            peer_addr,
+            initial_cluster,
+            snapshot_count: 10_000,
+            heartbeat_ms: 100,
+            election_timeout_ms: 1_000,
+            max_request_bytes: 1536 * 1024,
+            max_txn_ops: 128,
+            request_timeout: Duration::from_secs(7),
+            settings: Settings::default(),
+            batch: BatchLimits::default(),
+        }
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("member {0:?} is not in --initial-cluster")]
+    NotAMember(String),
+    #[error("opening the log: {0}")]
+    Log(#[from] crate::log_store::LogError),
+    #[error("opening the state machine: {0}")]
+    StateMachine(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("listening on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+}
+
+/// A request a follower hands to the leader over the peer service.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Forwarded {
+    Propose(Command),
+    ReadIndex,
+    Info,
+}
+
+/// The leader's answer to a [`Forwarded`] request.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ForwardedReply {
+    Response(Response),
+    ReadIndex(u64),
+    Info(Member),
+    Error(String),
+    NotLeader(Option<NodeId>),
+}
+
+/// What every request handler shares.
+pub struct NodeCore {
+    pub id: NodeId,
+    pub config: NodeConfig,
+    pub raft: Raft,
+    pub applied: Arc<Applied>,
+    pub proposer: Proposer,
+    pub peers: PeerChannels,
+    pub cluster_id: u64,
+    pub members: BTreeMap<NodeId, Member>,
+}
+
+impl std::fmt::Debug for NodeCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCore").field("id", &self.id).field("name", &self.config.name).finish()
+    }
+}
+
+impl NodeCore {
+    pub fn me(&self) -> Option<&Member> {
+        self.members.get(&self.id)
+    }
+
+    /// The leader as this node currently sees it.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    /// Proposes `command` through the leader: locally if this node leads, else forwarded.
+    pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
+        match self.proposer.propose(command.clone(), self.config.request_timeout).await {
+            Err(ProposeError::NotLeader { leader: Some(leader) }) if leader != self.id => {
+                match self.forward(leader, Forwarded::Propose(command)).await? {
+                    ForwardedReply::Response(r) => Ok(r),
+                    other => Err(unexpected(other)),
+                }
+            }
+            Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
+            other => other,
+        }
+    }
+
+    /// Proposes only on this node (a forwarded request must not be forwarded again).
+    pub async fn propose_local(&self, command: Command) -> Result<Response, ProposeError> {
+        self.proposer.propose(command, self.config.request_timeout).await
+    }
+
+    /// Waits until this node has applied everything committed before the call: the
+    /// read-index protocol (the leader confirms leadership with a quorum, then every read
+    /// after this returns at least that state).
+    pub async fn read_index(&self) -> Result<(), ProposeError> {
+        let index = match self.local_read_index().await {
+            Ok(index) => index,
+            Err(ProposeError::NotLeader { leader: Some(leader) }) if leader != self.id => {
+                match self.forward(leader, Forwarded::ReadIndex).await? {
+                    ForwardedReply::ReadIndex(i) => i,
+                    other => return Err(unexpected(other)),
+                }
+            }
+            Err(ProposeError::NotLeader { leader: None }) => return Err(ProposeError::NoLeader),
+            Err(e) => return Err(e),
+        };
+        tokio::time::timeout(self.config.request_timeout, self.applied.wait_applied(index))
+            .await
+            .map_err(|_| ProposeError::Timeout)
+    }
+
+    /// The leader's read index (errors with `NotLeader` on a follower).
+    pub async fn local_read_index(&self) -> Result<u64, ProposeError> {
+        use openraft::error::{CheckIsLeaderError, RaftError};
+        let fut = self.raft.get_read_log_id();
+        match tokio::time::timeout(self.config.request_timeout, fut).await {
+            Err(_) => Err(ProposeError::Timeout),
+            Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader { leader: f.leader_id })
+            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                Err(ProposeError::NoLeader)
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
+        }
+    }
+
+    async fn forward(&self, leader: NodeId, req: Forwarded) -> Result<ForwardedReply, ProposeError> {
+        let url = self.members.get(&leader).map(|m| m.peer_url.clone()).ok_or(ProposeError::NoLeader)?;
+        let payload = postcard::to_allocvec(&req).map_err(|e| ProposeError::Internal(e.to_string()))?;
+        let mut client = self.peers.raft_client(&url).map_err(ProposeError::Internal)?;
+        let mut request = tonic::Request::new(ForwardRequest { payload: payload.into() });
+        request.set_timeout(self.config.request_timeout);
+        let reply = client.forward(request).await.map_err(|s| match s.code() {
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ProposeError::Timeout,
+            _ => ProposeError::NoLeader,
+        })?;
+        let reply: ForwardedReply = postcard::from_bytes(&reply.into_inner().payload)
+            .map_err(|e| ProposeError::Internal(format!("bad reply from leader: {e}")))?;
+        match reply {
+            ForwardedReply::NotLeader(leader) => Err(ProposeError::NotLeader { leader }),
+            ForwardedReply::Error(e) => Err(ProposeError::Internal(e)),
+            other => Ok(other),
+        }
+    }
+
+    /// Serves a request forwarded by a follower.
+    pub async fn serve_forwarded(&self, req: Forwarded) -> ForwardedReply {
+        let result = match req {
+            Forwarded::Propose(c) => self.propose_local(c).await.map(ForwardedReply::Response),
+            Forwarded::ReadIndex => self.local_read_index().await.map(ForwardedReply::ReadIndex),
+            Forwarded::Info => Ok(ForwardedReply::Info(self.me().cloned().unwrap_or_default())),
+        };
+        match result {
+            Ok(r) => r,
+            Err(ProposeError::NotLeader { leader }) => ForwardedReply::NotLeader(leader),
+            Err(e) => ForwardedReply::Error(e.to_string()),
+        }
+    }
+
+    /// A Range on this node's applied state, after `read_index` unless `serializable`.
+    pub async fn range(
+        &self,
+        req: &RangeRequest,
+        serializable: bool,
+    ) -> Result<(i64, oncekv_core::RangeResponse), crate::etcd::ApiError> {
+        if !serializable {
+            self.read_index().await?;
+        }
+        Ok(self.applied.read().sm.range(req)?)
+    }
+}
+
+fn unexpected(reply: ForwardedReply) -> ProposeError {
+    ProposeError::Internal(format!("unexpected reply from leader: {reply:?}"))
+}
+
+/// A running node. Dropping it does not stop it; call [`Node::shutdown`].
+#[derive(Debug)]
+pub struct Node {
+    pub core: Arc<NodeCore>,
+    pub client_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Node {
+    /// Opens the data directory, starts raft and the servers, and forms the cluster if this
+    /// is the first start. Returns once the ports are listening.
+    pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
+        let id = member_id(&config.name);
+        let members: BTreeMap<NodeId, Member> =
+            config.initial_cluster.iter().map(|m| (member_id(&m.name), m.clone())).collect();
+        if !members.contains_key(&id) {
+            return Err(StartError::NotAMember(config.name.clone()));
+        }
+        let cluster_id = members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| (h ^ id).wrapping_mul(0x100_0000_01b3));
+
+        let client_listener = TcpListener::bind(config.client_addr)
+            .await
+            .map_err(|source| StartError::Listen { addr: config.client_addr, source })?;
+        let peer_listener = TcpListener::bind(config.peer_addr)
+            .await
+            .map_err(|source| StartError::Listen { addr: config.peer_addr, source })?;
+        let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
+        let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
+
+        let log = LogStore::<TypeConfig>::open(config.data_dir.join("log"), LogStoreOptions::default()).await?;
+        let sm = SmStore::open(&config.data_dir.join("state"), config.settings).map_err(StartError::StateMachine)?;
+        let applied = sm.applied();
+
+        let raft_config = openraft::Config {
+            cluster_name: "oncekv".into(),
+            heartbeat_interval: config.heartbeat_ms,
+            election_timeout_min: config.election_timeout_ms,
+            election_timeout_max: config.election_timeout_ms * 2,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
+            max_in_snapshot_log_to_keep: 0,
+            max_payload_entries: 64,
+            install_snapshot_timeout: 10_000,
+            ..openraft::Config::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        let peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
+        let network = Network { peers: peers.clone() };
+        let raft = Raft::new(id, Arc::new(raft_config), network, log, sm)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+
+        if !raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))? {
+            // Every member calls this with the same membership; openraft makes one leader.
+            if let Err(e) = raft.initialize(members.clone()).await {
+                tracing::debug!("initialize: {e}");
+            }
+        }
+
+        let proposer = Proposer::spawn(raft.clone(), applied.clone(), config.batch);
+        let core = Arc::new(NodeCore {
+            id,
+            config,
+            raft,
+            applied,
+            proposer,
+            peers,
+            cluster_id,
+            members,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let tasks = vec![
+            tokio::spawn(crate::services::serve_clients(core.clone(), client_listener, stop_rx.clone())),
+            tokio::spawn(crate::services::serve_peers(core.clone(), peer_listener, stop_rx.clone())),
+            tokio::spawn(ticker(core.clone(), stop_rx)),
+        ];
+        tracing::info!(name = %core.config.name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
+        Ok(Node { core, client_addr, peer_addr, stop, tasks })
+    }
+
+    /// Stops serving and shuts raft down (what is acknowledged is already durable).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Err(e) = self.core.raft.shutdown().await {
+            tracing::warn!("raft shutdown: {e}");
+        }
+    }
+}
+
+/// On the leader, proposes a `Tick` when a session or lease is due and no traffic has
+/// moved cluster time past it. An idle cluster with nothing due writes nothing.
+async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    let period = Duration::from_millis(core.config.heartbeat_ms.max(10));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        if core.leader() != Some(core.id) {
+            continue;
+        }
+        let due = core.applied.read().sm.next_deadline().is_some_and(|d| d <= wall_ms());
+        if due && let Err(e) = core.propose_local(Command::Tick).await {
+            tracing::debug!("tick: {e}");
+        }
+    }
+}

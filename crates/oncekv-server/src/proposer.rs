@@ -1,0 +1,188 @@
+//! The write hot path: batching commands into log entries and stamping cluster time.
+//!
+//! Requests queue on a channel. A single task takes whatever has queued (up to a batch
+//! limit) and proposes it as one log entry, so under load many client commands share one
+//! entry, one append and one fsync (the log store's group commit shares fsyncs across
+//! entries too). A bounded number of entries is in flight at once; while they are, new
+//! requests accumulate into the next batch.
+//!
+//! Cluster time: the proposer stamps each entry with `max(previous stamp, wall clock,
+//! applied cluster time)`, so it is monotonic on one leader and a new leader continues from
+//! at least what it has applied (and apply takes the max with the log anyway).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use oncekv_core::{Command, LogPayload, Response};
+use openraft::error::{ClientWriteError, RaftError};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::sm_store::Applied;
+use crate::types::{NodeId, Raft};
+
+/// Why a proposal got no response. Each leaves the command's outcome unknown: an entry
+/// appended by a leader that then lost leadership may still commit. Only a tracked command
+/// can be retried safely (the session rules absorb a duplicate).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("etcdserver: not leader (leader is {leader:?})")]
+    NotLeader { leader: Option<NodeId> },
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: {0}")]
+    Internal(String),
+}
+
+impl ProposeError {
+    /// Whether the same request may simply be sent again (to this or another member).
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, ProposeError::Internal(_))
+    }
+}
+
+struct Pending {
+    command: Command,
+    reply: oneshot::Sender<Result<Response, ProposeError>>,
+}
+
+/// Handle for submitting commands to the local raft node.
+#[derive(Debug, Clone)]
+pub struct Proposer {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("command", &self.command).finish()
+    }
+}
+
+/// Batch limits.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub max_commands: usize,
+    pub max_bytes: usize,
+    pub max_in_flight: usize,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        BatchLimits { max_commands: 1024, max_bytes: 4 * 1024 * 1024, max_in_flight: 8 }
+    }
+}
+
+/// Milliseconds since the Unix epoch from this node's clock (only the leader's is used).
+pub fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Proposer {
+    /// Starts the batching task for `raft`.
+    pub fn spawn(raft: Raft, applied: Arc<Applied>, limits: BatchLimits) -> Proposer {
+        let (tx, rx) = mpsc::channel(64 * 1024);
+        tokio::spawn(run(raft, applied, rx, limits));
+        Proposer { tx }
+    }
+
+    /// Proposes `command` and waits for its response (or `timeout`).
+    pub async fn propose(&self, command: Command, timeout: Duration) -> Result<Response, ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Pending { command, reply }).await.map_err(|_| ProposeError::Stopped)?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(ProposeError::Stopped),
+            Err(_) => Err(ProposeError::Timeout),
+        }
+    }
+}
+
+fn approx_size(c: &Command) -> usize {
+    match c {
+        Command::Tracked(t) => op_size(&t.op) + 48,
+        Command::Untracked(op) => op_size(op),
+        _ => 32,
+    }
+}
+
+fn op_size(op: &oncekv_core::Op) -> usize {
+    match op {
+        oncekv_core::Op::Put(p) => p.key.len() + p.value.len() + 16,
+        _ => 64,
+    }
+}
+
+async fn run(raft: Raft, applied: Arc<Applied>, mut rx: mpsc::Receiver<Pending>, limits: BatchLimits) {
+    let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
+    let mut last_stamp = 0u64;
+    let mut carry: Option<Pending> = None;
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let mut bytes = approx_size(&first.command);
+        let mut batch = vec![first];
+        // A RegisterClient must come first in its entry (its client id is the entry's
+        // index), so a second one waits for the next entry.
+        while batch.len() < limits.max_commands && bytes < limits.max_bytes {
+            match rx.try_recv() {
+                Ok(p) if matches!(p.command, Command::RegisterClient { .. }) => {
+                    carry = Some(p);
+                    break;
+                }
+                Ok(p) => {
+                    bytes += approx_size(&p.command);
+                    batch.push(p);
+                }
+                Err(_) => break,
+            }
+        }
+        let applied_time = applied.read().sm.cluster_time();
+        last_stamp = last_stamp.max(wall_ms()).max(applied_time);
+        let (commands, replies): (Vec<_>, Vec<_>) =
+            batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+        let payload = LogPayload { cluster_time: last_stamp, commands };
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let result = raft.client_write(payload).await;
+            drop(permit);
+            match result {
+                Ok(resp) => {
+                    let mut responses = resp.data.0.into_iter();
+                    for reply in replies {
+                        let r = responses.next().ok_or_else(|| {
+                            ProposeError::Internal("state machine returned too few responses".into())
+                        });
+                        let _ = reply.send(r);
+                    }
+                }
+                Err(e) => {
+                    let err = propose_error(e);
+                    for reply in replies {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn propose_error(e: RaftError<NodeId, ClientWriteError<NodeId, crate::types::Member>>) -> ProposeError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            ProposeError::NotLeader { leader: f.leader_id }
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            ProposeError::Internal(e.to_string())
+        }
+        RaftError::Fatal(_) => ProposeError::Stopped,
+    }
+}

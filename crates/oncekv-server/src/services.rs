@@ -1,0 +1,103 @@
+//! The two gRPC servers of a node: clients (etcd API + Session) and peers (raft).
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::etcd::{ClusterService, KvService, LeaseService, MaintenanceService, SessionService};
+use crate::network::MAX_PEER_MESSAGE_BYTES;
+use crate::node::{Forwarded, NodeCore};
+use crate::pb::etcdserverpb::cluster_server::ClusterServer;
+use crate::pb::etcdserverpb::kv_server::KvServer;
+use crate::pb::etcdserverpb::lease_server::LeaseServer;
+use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::pb::oncekv::raft_server::{Raft as RaftRpc, RaftServer};
+use crate::pb::oncekv::session_server::SessionServer;
+use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
+
+/// gRPC's own allowance on top of `--max-request-bytes`, as etcd has: a request between
+/// the two gets etcd's "request is too large" rather than a transport error.
+const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Serves the etcd-compatible API and the Session service until `stop`.
+pub async fn serve_clients(core: Arc<NodeCore>, listener: TcpListener, stop: watch::Receiver<bool>) {
+    let limit = core.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let result = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(KvServer::new(KvService { node: core.clone() }).max_decoding_message_size(limit))
+        .add_service(LeaseServer::new(LeaseService { node: core.clone() }).max_decoding_message_size(limit))
+        .add_service(ClusterServer::new(ClusterService { node: core.clone() }))
+        .add_service(MaintenanceServer::new(MaintenanceService { node: core.clone() }))
+        .add_service(SessionServer::new(SessionService { node: core.clone() }))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped(stop))
+        .await;
+    if let Err(e) = result {
+        tracing::error!("client server stopped: {e}");
+    }
+}
+
+/// Serves raft traffic from peers until `stop`.
+pub async fn serve_peers(core: Arc<NodeCore>, listener: TcpListener, stop: watch::Receiver<bool>) {
+    let service = RaftServer::new(PeerService { core })
+        .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+    let result = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(service)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped(stop))
+        .await;
+    if let Err(e) = result {
+        tracing::error!("peer server stopped: {e}");
+    }
+}
+
+/// The receiving side of [`crate::network::PeerClient`].
+#[derive(Debug)]
+struct PeerService {
+    core: Arc<NodeCore>,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
+    postcard::from_bytes(payload).map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<RaftReply, Status> {
+    postcard::to_allocvec(value)
+        .map(|v| RaftReply { payload: v.into() })
+        .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))
+}
+
+#[tonic::async_trait]
+impl RaftRpc for PeerService {
+    async fn append_entries(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = decode(&request.into_inner().payload)?;
+        let result = self.core.raft.append_entries(req).await;
+        Ok(Response::new(encode(&result)?))
+    }
+
+    async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = decode(&request.into_inner().payload)?;
+        let result = self.core.raft.vote(req).await;
+        Ok(Response::new(encode(&result)?))
+    }
+
+    async fn install_snapshot(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = decode(&request.into_inner().payload)?;
+        let result = self.core.raft.install_snapshot(req).await;
+        Ok(Response::new(encode(&result)?))
+    }
+
+    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<ForwardReply>, Status> {
+        let req: Forwarded = decode(&request.into_inner().payload)?;
+        let reply = self.core.serve_forwarded(req).await;
+        let payload = encode(&reply)?.payload;
+        Ok(Response::new(ForwardReply { payload }))
+    }
+}

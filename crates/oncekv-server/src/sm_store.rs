@@ -1,0 +1,272 @@
+//! The core [`StateMachine`] behind openraft's `RaftStateMachine`, with snapshots kept on
+//! disk.
+//!
+//! The state machine itself lives in memory; what makes it durable is the log plus the
+//! latest snapshot file. On start, [`SmStore::open`] restores the snapshot (if any) and
+//! openraft re-applies the log after it. A snapshot file is written to a temporary name,
+//! fsynced, renamed over the old one and the directory fsynced, so a crash leaves either the
+//! old or the new snapshot, never a torn one; a checksum catches anything else.
+
+use std::io::{Cursor, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use oncekv_core::StateMachine;
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    AnyError, EntryPayload, RaftSnapshotBuilder, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
+
+const SNAPSHOT_FILE: &str = "snapshot.bin";
+const SNAPSHOT_MAGIC: &[u8; 4] = b"OKVS";
+
+/// What is applied, shared between the raft state machine task and the request handlers.
+#[derive(Debug)]
+pub struct Applied {
+    inner: RwLock<AppliedInner>,
+    applied_index: watch::Sender<u64>,
+}
+
+#[derive(Debug)]
+pub struct AppliedInner {
+    pub sm: StateMachine,
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership<NodeId, Member>,
+    /// Size of the last snapshot, reported as etcd's `dbSize`.
+    pub snapshot_bytes: u64,
+}
+
+impl Applied {
+    /// Read access for request handlers. Never held across an `.await`.
+    pub fn read(&self) -> RwLockReadGuard<'_, AppliedInner> {
+        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, AppliedInner> {
+        self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Watches the applied log index.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.applied_index.subscribe()
+    }
+
+    /// Waits until the applied index is at least `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        let mut rx = self.subscribe();
+        // Err only if the sender is gone, i.e. the node is shutting down.
+        let _ = rx.wait_for(|applied| *applied >= index).await;
+    }
+}
+
+/// The snapshot file's header, before the state machine image.
+#[derive(Serialize, Deserialize)]
+struct SnapshotFile {
+    meta: SnapshotMeta<NodeId, Member>,
+    data: Vec<u8>,
+}
+
+/// openraft's state machine storage.
+#[derive(Debug, Clone)]
+pub struct SmStore {
+    applied: Arc<Applied>,
+    dir: PathBuf,
+    /// The last log id of the snapshot file on disk; also serializes writers, so an older
+    /// snapshot built concurrently never replaces a newer installed one.
+    persisted: Arc<std::sync::Mutex<Option<LogId>>>,
+}
+
+fn sm_err(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_state_machine(AnyError::error(e)).into()
+}
+
+fn snap_err(meta: Option<&SnapshotMeta<NodeId, Member>>, e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::write_snapshot(meta.map(|m| m.signature()), AnyError::error(e)).into()
+}
+
+impl SmStore {
+    /// Opens the state machine under `dir`, restoring the snapshot file if there is one.
+    /// A snapshot that fails its checksum or does not decode is an error, not an empty
+    /// state: starting empty would silently lose data.
+    pub fn open(dir: &Path, settings: oncekv_core::Settings) -> Result<SmStore, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let path = dir.join(SNAPSHOT_FILE);
+        let mut inner = AppliedInner {
+            sm: StateMachine::new(settings),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            snapshot_bytes: 0,
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let file = decode_snapshot_file(&bytes)
+                    .map_err(|e| format!("snapshot {}: {e}", path.display()))?;
+                inner.sm = StateMachine::restore(&file.data)
+                    .map_err(|e| format!("snapshot {}: {e}", path.display()))?;
+                inner.last_applied = file.meta.last_log_id;
+                inner.membership = file.meta.last_membership;
+                inner.snapshot_bytes = bytes.len() as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        }
+        let (tx, _) = watch::channel(inner.last_applied.map_or(0, |l| l.index));
+        let persisted = Arc::new(std::sync::Mutex::new(inner.last_applied));
+        Ok(SmStore {
+            applied: Arc::new(Applied { inner: RwLock::new(inner), applied_index: tx }),
+            dir: dir.to_path_buf(),
+            persisted,
+        })
+    }
+
+    pub fn applied(&self) -> Arc<Applied> {
+        self.applied.clone()
+    }
+
+    fn current_snapshot_file(&self) -> Option<SnapshotFile> {
+        let bytes = std::fs::read(self.dir.join(SNAPSHOT_FILE)).ok()?;
+        decode_snapshot_file(&bytes).ok()
+    }
+
+    /// Writes the snapshot file durably (temp file, fsync, rename, fsync dir), unless a
+    /// newer one is already there. Returns the file size.
+    fn persist(&self, meta: &SnapshotMeta<NodeId, Member>, data: &[u8]) -> Result<u64, StorageError> {
+        let mut persisted = self.persisted.lock().unwrap_or_else(|p| p.into_inner());
+        if *persisted > meta.last_log_id {
+            return Ok(0);
+        }
+        let file = SnapshotFile { meta: meta.clone(), data: data.to_vec() };
+        let body = postcard::to_allocvec(&file).map_err(|e| snap_err(Some(meta), e))?;
+        let mut bytes = Vec::with_capacity(body.len() + 8);
+        bytes.extend_from_slice(SNAPSHOT_MAGIC);
+        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        bytes.extend_from_slice(&body);
+        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
+            std::fs::File::open(&self.dir)?.sync_all()
+        };
+        write().map_err(|e| snap_err(Some(meta), e))?;
+        *persisted = meta.last_log_id;
+        Ok(bytes.len() as u64)
+    }
+}
+
+fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    let rest = bytes.strip_prefix(SNAPSHOT_MAGIC).ok_or("not an oncekv snapshot file")?;
+    if rest.len() < 4 {
+        return Err("truncated snapshot file".into());
+    }
+    let (crc, body) = rest.split_at(4);
+    let want = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32fast::hash(body) != want {
+        return Err("checksum mismatch (corrupt snapshot file)".into());
+    }
+    postcard::from_bytes(body).map_err(|e| format!("undecodable snapshot file: {e}"))
+}
+
+impl RaftStateMachine<TypeConfig> for SmStore {
+    type SnapshotBuilder = SmStore;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, Member>), StorageError> {
+        let inner = self.applied.read();
+        Ok((inner.last_applied, inner.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<EntryResponses>, StorageError>
+    where
+        I: IntoIterator<Item = openraft::Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut out = Vec::new();
+        let last = {
+            let mut inner = self.applied.write();
+            for entry in entries {
+                let index = entry.log_id.index;
+                inner.last_applied = Some(entry.log_id);
+                let responses = match entry.payload {
+                    EntryPayload::Blank => {
+                        inner.sm.apply_empty(index);
+                        Vec::new()
+                    }
+                    EntryPayload::Normal(payload) => inner.sm.apply(index, &payload),
+                    EntryPayload::Membership(m) => {
+                        inner.membership = StoredMembership::new(Some(entry.log_id), m);
+                        inner.sm.apply_empty(index);
+                        Vec::new()
+                    }
+                };
+                out.push(EntryResponses(responses));
+            }
+            inner.last_applied.map_or(0, |l| l.index)
+        };
+        self.applied.applied_index.send_replace(last);
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, Member>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let sm = StateMachine::restore(&data).map_err(|e| snap_err(Some(meta), e))?;
+        let size = self.persist(meta, &data)?;
+        let index = {
+            let mut inner = self.applied.write();
+            inner.sm = sm;
+            inner.last_applied = meta.last_log_id;
+            inner.membership = meta.last_membership.clone();
+            inner.snapshot_bytes = size;
+            meta.last_log_id.map_or(0, |l| l.index)
+        };
+        self.applied.applied_index.send_replace(index);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        Ok(self.current_snapshot_file().map(|f| Snapshot {
+            meta: f.meta,
+            snapshot: Box::new(Cursor::new(f.data)),
+        }))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SmStore {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let (data, meta) = {
+            let inner = self.applied.read();
+            let data = inner.sm.snapshot().map_err(sm_err)?;
+            let last = inner.last_applied;
+            let meta = SnapshotMeta {
+                last_log_id: last,
+                last_membership: inner.membership.clone(),
+                snapshot_id: match last {
+                    Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
+                    None => format!("empty-{}", data.len()),
+                },
+            };
+            (data, meta)
+        };
+        let size = self.persist(&meta, &data)?;
+        self.applied.write().snapshot_bytes = size;
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}

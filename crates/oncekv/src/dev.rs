@@ -1,0 +1,153 @@
+//! `oncekv dev`: a local cluster in one process, the embedded default.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use oncekv_server::{Member, Node, NodeConfig};
+
+use crate::serve::Tuning;
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Number of members: 1, 3 or 5.
+    #[arg(long, default_value_t = 3, value_parser = parse_nodes)]
+    pub nodes: usize,
+    /// Keep data here (reopened on the next start with the same ports). Default: a
+    /// temporary directory removed on exit.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+fn parse_nodes(s: &str) -> Result<usize, String> {
+    match s {
+        "1" => Ok(1),
+        "3" => Ok(3),
+        "5" => Ok(5),
+        _ => Err("a dev cluster has 1, 3 or 5 members".into()),
+    }
+}
+
+/// etcd's local-cluster convention: member i serves clients on i2379 and peers on i2380.
+const CLIENT_PORTS: [u16; 5] = [2379, 22379, 32379, 42379, 52379];
+const LAYOUT_FILE: &str = "oncekv-dev-cluster.txt";
+
+fn free_or_any(port: u16) -> Result<u16, String> {
+    if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        return Ok(port);
+    }
+    let l = TcpListener::bind(("127.0.0.1", 0)).map_err(|e| format!("finding a free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// The members and their ports: read back from a reused data dir (raft remembers peer
+/// addresses, so they must not change), or chosen fresh and recorded.
+fn layout(dir: &Path, nodes: usize) -> Result<Vec<(String, u16, u16)>, String> {
+    let file = dir.join(LAYOUT_FILE);
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        let parsed: Result<Vec<_>, String> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                match f.as_slice() {
+                    [name, c, p] => Ok((
+                        name.to_string(),
+                        c.parse().map_err(|_| format!("{}: bad port {c}", file.display()))?,
+                        p.parse().map_err(|_| format!("{}: bad port {p}", file.display()))?,
+                    )),
+                    _ => Err(format!("{}: malformed line {l:?}", file.display())),
+                }
+            })
+            .collect();
+        let parsed = parsed?;
+        if parsed.len() != nodes {
+            return Err(format!(
+                "{} holds a {}-member cluster; start it with --nodes {}",
+                dir.display(),
+                parsed.len(),
+                parsed.len()
+            ));
+        }
+        return Ok(parsed);
+    }
+    let mut out = Vec::new();
+    for (i, base) in CLIENT_PORTS.iter().take(nodes).enumerate() {
+        let client = free_or_any(*base)?;
+        let peer = free_or_any(base + 1)?;
+        if client == peer {
+            return Err("could not find distinct free ports".into());
+        }
+        out.push((format!("n{}", i + 1), client, peer));
+    }
+    let text: String = out.iter().map(|(n, c, p)| format!("{n} {c} {p}\n")).collect();
+    std::fs::write(&file, text).map_err(|e| format!("writing {}: {e}", file.display()))?;
+    Ok(out)
+}
+
+pub async fn run(args: DevArgs) -> Result<(), String> {
+    let (dir, _temp) = match &args.data_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+            (d.clone(), None)
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("oncekv-dev-")
+                .tempdir()
+                .map_err(|e| format!("creating a temporary directory: {e}"))?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let layout = layout(&dir, args.nodes)?;
+    let members: Vec<Member> = layout
+        .iter()
+        .map(|(name, c, p)| Member {
+            name: name.clone(),
+            peer_url: format!("http://127.0.0.1:{p}"),
+            client_url: format!("http://127.0.0.1:{c}"),
+        })
+        .collect();
+    let mut nodes = Vec::new();
+    for (name, c, p) in &layout {
+        let mut config = NodeConfig::new(
+            name,
+            dir.join(name),
+            SocketAddr::from(([127, 0, 0, 1], *c)),
+            SocketAddr::from(([127, 0, 0, 1], *p)),
+            members.clone(),
+        );
+        args.tuning.apply(&mut config);
+        nodes.push(Node::start(config).await.map_err(|e| format!("member {name}: {e}"))?);
+    }
+    let started = Instant::now();
+    while nodes.iter().all(|n| n.core.leader().is_none()) {
+        if started.elapsed() > Duration::from_secs(30) {
+            return Err("no leader elected within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let endpoints: Vec<String> = layout.iter().map(|(_, c, _)| format!("127.0.0.1:{c}")).collect();
+    println!("oncekv dev: {}-member cluster ready", nodes.len());
+    println!(
+        "  data: {}{}",
+        dir.display(),
+        if args.data_dir.is_none() { " (temporary, removed on exit)" } else { "" }
+    );
+    for (name, c, p) in &layout {
+        println!("  {name}: clients http://127.0.0.1:{c}  peers http://127.0.0.1:{p}");
+    }
+    println!("try:");
+    println!("  etcdctl --endpoints={} put greeting hello", endpoints.join(","));
+    println!("  etcdctl --endpoints={} get greeting", endpoints.join(","));
+    println!("ctrl-c stops the cluster");
+    tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+    println!("oncekv dev: stopping");
+    for node in nodes {
+        node.shutdown().await;
+    }
+    Ok(())
+}

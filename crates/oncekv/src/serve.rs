@@ -1,0 +1,127 @@
+//! `oncekv serve`: one member of a cluster.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use oncekv_core::Settings;
+use oncekv_server::{Member, Node, NodeConfig};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// This member's name; must appear in --initial-cluster.
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// Where the log and snapshots live.
+    #[arg(long, default_value = "default.oncekv")]
+    pub data_dir: PathBuf,
+    /// URL to serve clients on (http://host:port).
+    #[arg(long, default_value = "http://127.0.0.1:2379")]
+    pub listen_client_urls: String,
+    /// URL to serve peers on (http://host:port).
+    #[arg(long, default_value = "http://127.0.0.1:2380")]
+    pub listen_peer_urls: String,
+    /// URL clients should use to reach this member (default: the listen URL).
+    #[arg(long)]
+    pub advertise_client_urls: Option<String>,
+    /// Every member as name=peer-url, comma separated (the same on every member).
+    #[arg(long, default_value = "default=http://127.0.0.1:2380")]
+    pub initial_cluster: String,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+/// Settings shared by `serve` and `dev`.
+#[derive(Debug, Args, Clone)]
+pub struct Tuning {
+    /// Snapshot (and compact the log) every this many applied entries.
+    #[arg(long, default_value_t = 10_000)]
+    pub snapshot_count: u64,
+    /// Raft heartbeat interval, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_interval: u64,
+    /// Raft election timeout, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub election_timeout: u64,
+    /// Largest client request accepted, in bytes (etcd's default: 1.5 MiB).
+    #[arg(long, default_value_t = 1536 * 1024)]
+    pub max_request_bytes: usize,
+    /// Most operations in one txn branch (etcd's default: 128).
+    #[arg(long, default_value_t = 128)]
+    pub max_txn_ops: usize,
+    /// Idle time after which an exactly-once client session expires, in seconds. Only
+    /// applied when the cluster first forms (it is a replicated setting).
+    #[arg(long, default_value_t = 60)]
+    pub session_ttl: u64,
+    /// How many requests an exactly-once session may have outstanding.
+    #[arg(long, default_value_t = 128)]
+    pub session_window: u64,
+}
+
+impl Tuning {
+    pub fn apply(&self, config: &mut NodeConfig) {
+        config.snapshot_count = self.snapshot_count;
+        config.heartbeat_ms = self.heartbeat_interval;
+        config.election_timeout_ms = self.election_timeout;
+        config.max_request_bytes = self.max_request_bytes;
+        config.max_txn_ops = self.max_txn_ops;
+        config.settings = Settings {
+            session_ttl_ms: self.session_ttl.saturating_mul(1000),
+            window: self.session_window,
+            ..Settings::default()
+        };
+        config.request_timeout = Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
+    }
+}
+
+/// `http://127.0.0.1:2379` → its socket address.
+pub fn parse_url(url: &str) -> Result<SocketAddr, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url:?}: only http:// URLs are supported"))?;
+    let host_port = rest.trim_end_matches('/');
+    host_port
+        .parse()
+        .map_err(|_| format!("{url:?}: expected http://IP:PORT (host names are not resolved)"))
+}
+
+/// `n1=http://a:2380,n2=http://b:2380` → members (client URLs unknown).
+pub fn parse_initial_cluster(s: &str) -> Result<Vec<Member>, String> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|part| {
+            let (name, url) = part
+                .split_once('=')
+                .ok_or_else(|| format!("--initial-cluster entry {part:?} is not name=url"))?;
+            parse_url(url)?;
+            Ok(Member { name: name.trim().to_string(), peer_url: url.trim().to_string(), client_url: String::new() })
+        })
+        .collect()
+}
+
+pub async fn run(args: ServeArgs) -> Result<(), String> {
+    let client_addr = parse_url(&args.listen_client_urls)?;
+    let peer_addr = parse_url(&args.listen_peer_urls)?;
+    let mut members = parse_initial_cluster(&args.initial_cluster)?;
+    let advertise = args.advertise_client_urls.clone().unwrap_or_else(|| args.listen_client_urls.clone());
+    for m in &mut members {
+        if m.name == args.name {
+            m.client_url = advertise.clone();
+        }
+    }
+    let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
+    args.tuning.apply(&mut config);
+    let node = Node::start(config).await.map_err(|e| e.to_string())?;
+    eprintln!(
+        "oncekv: member {} serving clients on {} and peers on {} (data in {})",
+        args.name,
+        node.client_addr,
+        node.peer_addr,
+        args.data_dir.display()
+    );
+    tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+    eprintln!("oncekv: stopping");
+    node.shutdown().await;
+    Ok(())
+}
