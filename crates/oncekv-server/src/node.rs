@@ -139,7 +139,13 @@ impl NodeCore {
 
     /// Proposes `command` through the leader: locally if this node leads, else forwarded.
     pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
-        match self.proposer.propose(command.clone(), self.config.request_timeout).await {
+        // Forward straight away when another member is known to lead; otherwise let raft
+        // decide (it answers NotLeader with the leader it knows of, if any).
+        let result = match self.leader() {
+            Some(leader) if leader != self.id => Err(ProposeError::NotLeader { leader: Some(leader) }),
+            _ => self.proposer.propose(command.clone(), self.config.request_timeout).await,
+        };
+        match result {
             Err(ProposeError::NotLeader { leader: Some(leader) }) if leader != self.id => {
                 match self.forward(leader, Forwarded::Propose(command)).await? {
                     ForwardedReply::Response(r) => Ok(r),

@@ -22,6 +22,18 @@ use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
 /// the two gets etcd's "request is too large" rather than a transport error.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
+/// Accepted connections with Nagle's algorithm off: tonic's own `tcp_nodelay` applies only
+/// to listeners it binds itself, and a small response held back for a delayed ACK costs
+/// tens of milliseconds per request.
+fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -36,7 +48,7 @@ pub async fn serve_clients(core: Arc<NodeCore>, listener: TcpListener, stop: wat
         .add_service(ClusterServer::new(ClusterService { node: core.clone() }))
         .add_service(MaintenanceServer::new(MaintenanceService { node: core.clone() }))
         .add_service(SessionServer::new(SessionService { node: core.clone() }))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped(stop))
+        .serve_with_incoming_shutdown(incoming(listener), stopped(stop))
         .await;
     if let Err(e) = result {
         tracing::error!("client server stopped: {e}");
@@ -51,7 +63,7 @@ pub async fn serve_peers(core: Arc<NodeCore>, listener: TcpListener, stop: watch
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped(stop))
+        .serve_with_incoming_shutdown(incoming(listener), stopped(stop))
         .await;
     if let Err(e) = result {
         tracing::error!("peer server stopped: {e}");
