@@ -1,5 +1,6 @@
 //! `oncekv dev`: a local cluster in one process, the embedded default.
 
+use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -145,7 +146,8 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
     println!("  etcdctl --endpoints={} get greeting", endpoints.join(","));
     println!("ctrl-c stops the cluster");
     tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
-    println!("oncekv dev: stopping");
+    // stdout may be closed by now (a pipe whose reader left); stopping must not fail.
+    let _ = writeln!(std::io::stdout(), "oncekv dev: stopping");
     for node in nodes {
         node.shutdown().await;
     }

@@ -1,0 +1,174 @@
+//! etcd's own CLI, etcdctl 3.4, against `oncekv dev`: every command an etcd user reaches
+//! for first must work unchanged.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `oncekv dev` running as a child process; killed on drop.
+struct DevCluster {
+    child: Child,
+    endpoints: Vec<String>,
+    /// Kept open so the cluster's later output has somewhere to go.
+    _stdout: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl DevCluster {
+    fn start(data_dir: &std::path::Path) -> DevCluster {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+            .args(["dev", "--data-dir"])
+            .arg(data_dir)
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut endpoints = Vec::new();
+        let mut ready = false;
+        for line in stdout.by_ref() {
+            let line = line.unwrap();
+            if line.contains("cluster ready") {
+                ready = true;
+            }
+            // "  n1: clients http://127.0.0.1:2379  peers http://127.0.0.1:2380"
+            if let Some(rest) = line.trim().split_once("clients http://") {
+                endpoints.push(rest.1.split_whitespace().next().unwrap().to_string());
+            }
+            if line.contains("ctrl-c stops") {
+                break;
+            }
+        }
+        assert!(ready && endpoints.len() == 3, "oncekv dev did not come up: {endpoints:?}");
+        DevCluster { child, endpoints, _stdout: stdout }
+    }
+
+    fn etcdctl(&self, args: &[&str]) -> String {
+        self.etcdctl_stdin(args, "")
+    }
+
+    fn etcdctl_stdin(&self, args: &[&str], stdin: &str) -> String {
+        self.etcdctl_full(args, stdin).0
+    }
+
+    /// stdout and stderr of a successful etcdctl run.
+    fn etcdctl_full(&self, args: &[&str], stdin: &str) -> (String, String) {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints.join(",")))
+            .arg("--command-timeout=10s")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("etcdctl is not installed: run .ci/install-deps");
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    }
+
+    /// ctrl-C, as a user would stop it; returns whether it exited successfully.
+    fn interrupt(mut self) -> bool {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-INT", &pid]).status().unwrap();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "oncekv dev ignored ctrl-c");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+#[test]
+fn etcdctl_works_against_oncekv_dev_and_data_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = DevCluster::start(dir.path());
+
+    // put / get / prefix / from-key / json
+    assert_eq!(c.etcdctl(&["put", "greeting", "hello"]).trim(), "OK");
+    assert_eq!(c.etcdctl(&["put", "group/a", "1"]).trim(), "OK");
+    assert_eq!(c.etcdctl(&["put", "group/b", "2"]).trim(), "OK");
+    assert_eq!(c.etcdctl(&["get", "greeting"]), "greeting\nhello\n");
+    assert_eq!(c.etcdctl(&["get", "group/", "--prefix"]), "group/a\n1\ngroup/b\n2\n");
+    assert_eq!(c.etcdctl(&["get", "group/b", "--from-key", "--keys-only"]).split_whitespace().collect::<Vec<_>>(), ["group/b"]);
+    let got = json(&c.etcdctl(&["get", "greeting", "-w", "json"]));
+    assert_eq!(got["count"], 1);
+    assert_eq!(got["kvs"][0]["version"], 1);
+    assert_eq!(got["kvs"][0]["value"], "aGVsbG8="); // base64("hello")
+    let revision = got["header"]["revision"].as_i64().unwrap();
+    assert!(revision >= 4, "three puts on a fresh store reach revision 4, got {revision}");
+
+    // del
+    assert_eq!(c.etcdctl(&["del", "group/", "--prefix"]).trim(), "2");
+    assert_eq!(c.etcdctl(&["get", "group/", "--prefix"]), "");
+
+    // txn from stdin: compare, success and failure branches
+    let out = c.etcdctl_stdin(&["txn"], "value(\"greeting\") = \"hello\"\n\nput outcome yes\n\nput outcome no\n\n");
+    assert!(out.starts_with("SUCCESS"), "{out}");
+    assert_eq!(c.etcdctl(&["get", "outcome", "--print-value-only"]).trim(), "yes");
+    let out = c.etcdctl_stdin(&["txn"], "value(\"greeting\") = \"bye\"\n\nput outcome yes\n\nput outcome no\n\n");
+    assert!(out.starts_with("FAILURE"), "{out}");
+    assert_eq!(c.etcdctl(&["get", "outcome", "--print-value-only"]).trim(), "no");
+
+    // leases
+    let out = c.etcdctl(&["lease", "grant", "60"]);
+    let id = out.split_whitespace().nth(1).unwrap().to_string(); // "lease <id> granted with TTL(60s)"
+    assert!(out.contains("granted with TTL(60s)"), "{out}");
+    assert_eq!(c.etcdctl(&["put", "leased", "v", "--lease", &id]).trim(), "OK");
+    let out = c.etcdctl(&["lease", "timetolive", &id, "--keys"]);
+    assert!(out.contains("granted with TTL(60s)") && out.contains("attached keys([leased])"), "{out}");
+    let out = c.etcdctl(&["lease", "list"]);
+    assert!(out.contains("found 1 leases") && out.contains(&id), "{out}");
+    let out = c.etcdctl(&["lease", "keep-alive", "--once", &id]);
+    assert!(out.contains("keepalived with TTL(60)"), "{out}");
+    let out = c.etcdctl(&["lease", "revoke", &id]);
+    assert!(out.contains("revoked"), "{out}");
+    assert_eq!(c.etcdctl(&["get", "leased"]), "", "revoking a lease deletes its keys");
+    let out = c.etcdctl(&["lease", "timetolive", &id]);
+    assert!(out.contains("already expired"), "{out}");
+
+    // cluster views
+    let out = c.etcdctl(&["member", "list"]);
+    assert_eq!(out.lines().count(), 3, "{out}");
+    for e in &c.endpoints {
+        assert!(out.contains(e), "member list lacks {e}: {out}");
+    }
+    let status = json(&c.etcdctl(&["endpoint", "status", "-w", "json"]));
+    let statuses = status.as_array().unwrap();
+    assert_eq!(statuses.len(), 3);
+    let leaders: Vec<_> = statuses.iter().map(|s| s["Status"]["leader"].clone()).collect();
+    assert!(leaders.iter().all(|l| l == &leaders[0] && l.as_u64().unwrap_or(0) != 0), "{leaders:?}");
+    // etcdctl 3.4 prints health results on stderr.
+    let (_, out) = c.etcdctl_full(&["endpoint", "health"], "");
+    assert_eq!(out.matches("is healthy").count(), 3, "{out}");
+
+    // ctrl-C stops cleanly; the same --data-dir reopens the same data.
+    let before = json(&c.etcdctl(&["get", "greeting", "-w", "json"]))["header"]["revision"].as_i64().unwrap();
+    assert!(c.interrupt(), "oncekv dev did not exit cleanly on ctrl-c");
+    let c = DevCluster::start(dir.path());
+    assert_eq!(c.etcdctl(&["get", "greeting", "--print-value-only"]).trim(), "hello");
+    let after = json(&c.etcdctl(&["put", "again", "x", "-w", "json"]))["header"]["revision"].as_i64().unwrap();
+    assert_eq!(after, before + 1, "revisions continue after a restart");
+}
