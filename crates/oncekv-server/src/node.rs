@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use oncekv_core::waiting_list::{WaitError, WaitingList};
 
 use oncekv_core::{Command, RangeRequest, Response, Settings};
 use serde::{Deserialize, Serialize};
@@ -115,6 +117,9 @@ pub struct NodeCore {
     pub peers: PeerChannels,
     pub cluster_id: u64,
     pub members: BTreeMap<NodeId, Member>,
+    /// Tracked requests being proposed by this node, keyed by `(client_id, seq)`: a retry
+    /// that arrives meanwhile waits for the original instead of being proposed again.
+    pub in_flight: WaitingList<(u64, u64), Result<Response, ProposeError>, ProposeError>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -177,9 +182,8 @@ impl NodeCore {
             Err(ProposeError::NotLeader { leader: None }) => return Err(ProposeError::NoLeader),
             Err(e) => return Err(e),
         };
-        tokio::time::timeout(self.config.request_timeout, self.applied.wait_applied(index))
-            .await
-            .map_err(|_| ProposeError::Timeout)
+        let deadline = Instant::now() + self.config.request_timeout;
+        self.applied.wait_applied(index, deadline).await.map_err(wait_error)
     }
 
     /// The leader's read index (errors with `NotLeader` on a follower).
@@ -242,6 +246,16 @@ impl NodeCore {
             self.read_index().await?;
         }
         Ok(self.applied.read().sm.range(req)?)
+    }
+}
+
+/// A waiting-list failure as the error the client sees.
+pub fn wait_error(e: WaitError<ProposeError>) -> ProposeError {
+    match e {
+        WaitError::Failed(e) => e,
+        WaitError::Timeout => ProposeError::Timeout,
+        WaitError::QuorumUnreachable => ProposeError::NoLeader,
+        WaitError::Closed => ProposeError::Stopped,
     }
 }
 
@@ -320,12 +334,14 @@ impl Node {
             peers,
             cluster_id,
             members,
+            in_flight: WaitingList::new(),
         });
         let (stop, stop_rx) = watch::channel(false);
         let tasks = vec![
             tokio::spawn(crate::services::serve_clients(core.clone(), client_listener, stop_rx.clone())),
             tokio::spawn(crate::services::serve_peers(core.clone(), peer_listener, stop_rx.clone())),
-            tokio::spawn(ticker(core.clone(), stop_rx)),
+            tokio::spawn(ticker(core.clone(), stop_rx.clone())),
+            tokio::spawn(leadership_watch(core.clone(), stop_rx)),
         ];
         tracing::info!(name = %core.config.name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
         Ok(Node { core, client_addr, peer_addr, stop, tasks })
@@ -355,9 +371,31 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
         if core.leader() != Some(core.id) {
             continue;
         }
+        core.in_flight.expire(Instant::now());
         let due = core.applied.read().sm.next_deadline().is_some_and(|d| d <= wall_ms());
         if due && let Err(e) = core.propose_local(Command::Tick).await {
             tracing::debug!("tick: {e}");
+        }
+    }
+}
+
+/// When this node stops leading, everything waiting on it fails with `NotLeader` so that
+/// clients go to the new leader at once instead of waiting for a timeout.
+async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    let mut metrics = core.raft.metrics();
+    let mut was_leader = false;
+    loop {
+        let leader = metrics.borrow_and_update().current_leader;
+        let is_leader = leader == Some(core.id);
+        if was_leader && !is_leader {
+            let err = ProposeError::NotLeader { leader };
+            let n = core.in_flight.fail_all(err.clone()) + core.applied.waiters().fail_all(err);
+            tracing::info!(failed = n, ?leader, "lost leadership; failed waiting requests");
+        }
+        was_leader = is_leader;
+        tokio::select! {
+            _ = stop.changed() => return,
+            changed = metrics.changed() => if changed.is_err() { return },
         }
     }
 }

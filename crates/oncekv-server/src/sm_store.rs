@@ -17,18 +17,25 @@ use openraft::{
     AnyError, EntryPayload, RaftSnapshotBuilder, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use std::time::Instant;
+
+use oncekv_core::waiting_list::{WaitError, WaitingList};
+
+use crate::proposer::ProposeError;
 
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 const SNAPSHOT_MAGIC: &[u8; 4] = b"OKVS";
 
+/// Requests waiting for the applied index to reach a log index (linearizable reads).
+pub type AppliedWaiters = WaitingList<u64, (), ProposeError>;
+
 /// What is applied, shared between the raft state machine task and the request handlers.
 #[derive(Debug)]
 pub struct Applied {
     inner: RwLock<AppliedInner>,
-    applied_index: watch::Sender<u64>,
+    waiters: AppliedWaiters,
 }
 
 #[derive(Debug)]
@@ -50,16 +57,23 @@ impl Applied {
         self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Watches the applied log index.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.applied_index.subscribe()
+    /// Waits until the applied index is at least `index`, or `deadline` passes
+    /// ([`WaitError::Timeout`]), or the waiters are failed (e.g. leadership lost).
+    pub async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), WaitError<ProposeError>> {
+        // Register before looking, so an apply in between cannot be missed.
+        let waiter = self.waiters.register(index, Some(deadline));
+        if self.read().sm.applied_index() >= index {
+            return Ok(());
+        }
+        waiter.await
     }
 
-    /// Waits until the applied index is at least `index`.
-    pub async fn wait_applied(&self, index: u64) {
-        let mut rx = self.subscribe();
-        // Err only if the sender is gone, i.e. the node is shutting down.
-        let _ = rx.wait_for(|applied| *applied >= index).await;
+    pub fn waiters(&self) -> &AppliedWaiters {
+        &self.waiters
+    }
+
+    fn applied_up_to(&self, index: u64) {
+        self.waiters.complete_up_to(&index, |_| ());
     }
 }
 
@@ -114,10 +128,9 @@ impl SmStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("reading {}: {e}", path.display())),
         }
-        let (tx, _) = watch::channel(inner.last_applied.map_or(0, |l| l.index));
         let persisted = Arc::new(std::sync::Mutex::new(inner.last_applied));
         Ok(SmStore {
-            applied: Arc::new(Applied { inner: RwLock::new(inner), applied_index: tx }),
+            applied: Arc::new(Applied { inner: RwLock::new(inner), waiters: WaitingList::new() }),
             dir: dir.to_path_buf(),
             persisted,
         })
@@ -134,13 +147,13 @@ impl SmStore {
 
     /// Writes the snapshot file durably (temp file, fsync, rename, fsync dir), unless a
     /// newer one is already there. Returns the file size.
-    fn persist(&self, meta: &SnapshotMeta<NodeId, Member>, data: &[u8]) -> Result<u64, StorageError> {
+    fn persist(&self, meta: &SnapshotMeta<NodeId, Member>, data: &[u8]) -> Result<u64, String> {
         let mut persisted = self.persisted.lock().unwrap_or_else(|p| p.into_inner());
         if *persisted > meta.last_log_id {
             return Ok(0);
         }
         let file = SnapshotFile { meta: meta.clone(), data: data.to_vec() };
-        let body = postcard::to_allocvec(&file).map_err(|e| snap_err(Some(meta), e))?;
+        let body = postcard::to_allocvec(&file).map_err(|e| e.to_string())?;
         let mut bytes = Vec::with_capacity(body.len() + 8);
         bytes.extend_from_slice(SNAPSHOT_MAGIC);
         bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -153,7 +166,7 @@ impl SmStore {
             std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
             std::fs::File::open(&self.dir)?.sync_all()
         };
-        write().map_err(|e| snap_err(Some(meta), e))?;
+        write().map_err(|e| format!("writing {}: {e}", self.dir.join(SNAPSHOT_FILE).display()))?;
         *persisted = meta.last_log_id;
         Ok(bytes.len() as u64)
     }
@@ -209,7 +222,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             }
             inner.last_applied.map_or(0, |l| l.index)
         };
-        self.applied.applied_index.send_replace(last);
+        self.applied.applied_up_to(last);
         Ok(out)
     }
 
@@ -228,7 +241,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let sm = StateMachine::restore(&data).map_err(|e| snap_err(Some(meta), e))?;
-        let size = self.persist(meta, &data)?;
+        let size = self.persist(meta, &data).map_err(|e| snap_err(Some(meta), e))?;
         let index = {
             let mut inner = self.applied.write();
             inner.sm = sm;
@@ -237,7 +250,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             inner.snapshot_bytes = size;
             meta.last_log_id.map_or(0, |l| l.index)
         };
-        self.applied.applied_index.send_replace(index);
+        self.applied.applied_up_to(index);
         Ok(())
     }
 
@@ -265,7 +278,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
             };
             (data, meta)
         };
-        let size = self.persist(&meta, &data)?;
+        let size = self.persist(&meta, &data).map_err(|e| snap_err(Some(&meta), e))?;
         self.applied.write().snapshot_bytes = size;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }

@@ -15,6 +15,8 @@ pub use lease::LeaseService;
 pub use session::{SessionMeta, SessionService};
 
 use oncekv_core::{Command, Op, OpError, OpReply, Response, SessionError, Tracked};
+use std::time::Instant;
+
 use tonic::{Code, Status};
 
 use crate::node::NodeCore;
@@ -106,20 +108,42 @@ impl NodeCore {
     /// Proposes `op`, tracked under the session in `meta` if there is one (exactly once),
     /// untracked otherwise (etcd behaviour).
     pub async fn execute(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
-        let command = match meta {
-            Some(m) => Command::Tracked(Tracked {
-                client_id: m.client_id,
-                secret: m.secret,
-                seq: m.seq,
-                first_incomplete: m.first_incomplete,
-                op,
-            }),
-            None => Command::Untracked(op),
+        let response = match meta {
+            Some(m) => {
+                let command = Command::Tracked(Tracked {
+                    client_id: m.client_id,
+                    secret: m.secret,
+                    seq: m.seq,
+                    first_incomplete: m.first_incomplete,
+                    op,
+                });
+                self.propose_tracked((m.client_id, m.seq), command).await?
+            }
+            None => self.propose(Command::Untracked(op)).await?,
         };
-        match self.propose(command).await? {
+        match response {
             Response::Op(Ok(reply)) => Ok(reply),
             Response::Op(Err(e)) => Err(ApiError::Session(e)),
             other => Err(ApiError::Internal(format!("{other:?}"))),
         }
+    }
+
+    /// Proposes a tracked command, or, if the same `(client_id, seq)` is already being
+    /// proposed through this node, waits for that one's response (the request waiting
+    /// list). Correctness does not depend on this: a duplicate that does get proposed is
+    /// answered from the session's saved response by the state machine.
+    async fn propose_tracked(&self, key: (u64, u64), command: Command) -> Result<Response, ProposeError> {
+        if self.in_flight.contains_key(&key) {
+            let deadline = Instant::now() + self.config.request_timeout;
+            return match self.in_flight.register(key, Some(deadline)).await {
+                Ok(result) => result,
+                Err(e) => Err(crate::node::wait_error(e)),
+            };
+        }
+        // Held while proposing so the key is visibly in flight; dropped on every path.
+        let _marker = self.in_flight.register(key, None);
+        let result = self.propose(command).await;
+        self.in_flight.complete(&key, result.clone());
+        result
     }
 }

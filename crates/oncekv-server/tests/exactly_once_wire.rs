@@ -1,0 +1,160 @@
+//! Exactly-once over the wire with hand-made gRPC requests: the session metadata, the
+//! errors of rules 1–6, and the leader's coalescing of an in-flight retry.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::TestCluster;
+use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
+use oncekv_server::pb::etcdserverpb::{PutRequest, PutResponse};
+use oncekv_server::pb::oncekv::RegisterRequest;
+use oncekv_server::pb::oncekv::session_client::SessionClient;
+use tonic::transport::Channel;
+
+struct Session {
+    client_id: u64,
+    secret: [u8; 16],
+}
+
+async fn register(endpoint: String) -> Session {
+    let mut s = SessionClient::connect(endpoint).await.unwrap();
+    let r = s.register(RegisterRequest {}).await.unwrap().into_inner();
+    Session { client_id: r.client_id, secret: r.secret.as_ref().try_into().unwrap() }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn tracked_put(s: &Session, seq: u64, first_incomplete: u64, key: &str, value: &str) -> tonic::Request<PutRequest> {
+    let mut req = tonic::Request::new(PutRequest {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        value: Bytes::copy_from_slice(value.as_bytes()),
+        ..Default::default()
+    });
+    let md = req.metadata_mut();
+    md.insert("oncekv-client-id", s.client_id.to_string().parse().unwrap());
+    md.insert("oncekv-session-secret", hex(&s.secret).parse().unwrap());
+    md.insert("oncekv-seq", seq.to_string().parse().unwrap());
+    md.insert("oncekv-first-incomplete", first_incomplete.to_string().parse().unwrap());
+    req
+}
+
+async fn version(kv: &mut KvClient<Channel>, key: &str) -> i64 {
+    common::get(kv, key).await.unwrap().map_or(0, |(_, v)| v)
+}
+
+fn detail(status: &tonic::Status) -> &str {
+    status.metadata().get("oncekv-error").and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+// The session rules must reach clients as distinct errors, and a refused request must
+// change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_window_and_wrong_secret_get_their_errors_and_change_nothing() {
+    let cluster = TestCluster::start(3, |c| c.settings.window = 4).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let s = register(cluster.endpoint(leader)).await;
+    let mut kv = cluster.kv(leader).await;
+
+    let first: PutResponse = kv.put(tracked_put(&s, 1, 1, "k", "one")).await.unwrap().into_inner();
+    // A retry of seq 1 returns the saved response, byte for byte, and changes nothing.
+    let again = kv.put(tracked_put(&s, 1, 1, "k", "one")).await.unwrap().into_inner();
+    assert_eq!(first, again);
+    assert_eq!(version(&mut kv, "k").await, 1);
+
+    // Wrong secret: PermissionDenied, and the saved response is not revealed.
+    let thief = Session { client_id: s.client_id, secret: [7; 16] };
+    let err = kv.put(tracked_put(&thief, 1, 1, "k", "stolen")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    assert_eq!(detail(&err), "permission-denied");
+    let err = kv.put(tracked_put(&thief, 2, 1, "k", "stolen")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    assert_eq!(version(&mut kv, "k").await, 1);
+
+    // Window 4 with acked_below 1: seq 5 is past it.
+    let err = kv.put(tracked_put(&s, 5, 1, "k", "far")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(detail(&err), "window-exceeded");
+    assert_eq!(version(&mut kv, "k").await, 1);
+
+    // Acknowledge everything below 3, then seq 1 and 2 are stale.
+    kv.put(tracked_put(&s, 3, 3, "k", "three")).await.unwrap();
+    let err = kv.put(tracked_put(&s, 1, 3, "k", "one")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(detail(&err), "stale");
+    assert_eq!(version(&mut kv, "k").await, 2);
+
+    // An unknown session: SessionExpired.
+    let ghost = Session { client_id: 999_999, secret: s.secret };
+    let err = kv.put(tracked_put(&ghost, 1, 1, "k", "ghost")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(detail(&err), "session-expired");
+    assert_eq!(version(&mut kv, "k").await, 2);
+}
+
+// Half a session's metadata must be refused, never silently treated as untracked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_session_metadata_is_invalid_argument() {
+    let cluster = TestCluster::start(1, |_| {}).await;
+    cluster.wait_leader(Duration::from_secs(10)).await;
+    let s = register(cluster.endpoint(0)).await;
+    let mut kv = cluster.kv(0).await;
+    let cases: Vec<(&str, &str)> = vec![
+        ("oncekv-seq", "not-a-number"),
+        ("oncekv-session-secret", "abc"),
+        ("oncekv-first-incomplete", "0"),
+    ];
+    for (key, bad) in cases {
+        let mut req = tracked_put(&s, 1, 1, "k", "v");
+        req.metadata_mut().insert(key, bad.parse().unwrap());
+        let err = kv.put(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{key}={bad}: {err:?}");
+    }
+    let mut req = tracked_put(&s, 1, 1, "k", "v");
+    req.metadata_mut().remove("oncekv-seq");
+    assert_eq!(kv.put(req).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    assert_eq!(version(&mut kv, "k").await, 0, "no malformed request may be applied");
+}
+
+// The request waiting list on the leader: a retry of a request still in flight joins it
+// instead of being proposed a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_of_an_in_flight_request_joins_the_original() {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let s = register(cluster.endpoint(leader)).await;
+    // With both followers down nothing commits, so the first request stays in flight.
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for f in &followers {
+        cluster.stop(*f).await;
+    }
+    let mut kv1 = cluster.kv(leader).await;
+    let mut kv2 = cluster.kv(leader).await;
+    let s1 = Session { ..s };
+    let original = tokio::spawn(async move { kv1.put(tracked_put(&s1, 1, 1, "k", "v")).await });
+    let core = cluster.node(leader).core.clone();
+    while !core.in_flight.contains_key(&(s.client_id, 1)) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let retry = tokio::spawn({
+        let s2 = Session { client_id: s.client_id, secret: s.secret };
+        async move { kv2.put(tracked_put(&s2, 1, 1, "k", "v")).await }
+    });
+    while core.in_flight.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for f in &followers {
+        cluster.restart(*f).await;
+    }
+    let a = original.await.unwrap().unwrap().into_inner();
+    let b = retry.await.unwrap().unwrap().into_inner();
+    assert_eq!(a, b);
+    let stats = core.applied.read().sm.stats();
+    assert_eq!((stats.executed, stats.duplicates), (1, 0), "the retry was proposed again: {stats:?}");
+    let mut kv = cluster.kv(leader).await;
+    assert_eq!(version(&mut kv, "k").await, 1);
+}
