@@ -14,6 +14,7 @@ pub mod network;
 pub mod node;
 pub mod pb;
 pub mod proposer;
+pub mod runtime;
 pub mod services;
 pub mod sm_store;
 pub mod types;

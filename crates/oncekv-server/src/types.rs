@@ -36,7 +36,7 @@ openraft::declare_raft_types!(
         Node = Member,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = crate::runtime::OncekvRuntime,
 );
 
 pub type Raft = openraft::Raft<TypeConfig>;

@@ -1,0 +1,139 @@
+//! The async runtime openraft runs on: tokio, with a random number generator that a
+//! deterministic simulation can seed.
+//!
+//! openraft draws election timeouts from `AsyncRuntime::thread_rng()`. With tokio's own
+//! runtime that is the OS-seeded `rand::thread_rng()`, so the same simulation seed gave
+//! different elections on every run. [`seed_thread_rng`] installs a seeded generator for
+//! the calling thread (a turmoil simulation runs every host on one thread); without it,
+//! the generator is `rand::thread_rng()`, exactly as with openraft's `TokioRuntime`.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::time::Duration;
+
+use openraft::{AsyncRuntime, OptionalSend, TokioInstant, TokioRuntime};
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+
+thread_local! {
+    static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };
+}
+
+/// Makes raft's randomness on this thread a pure function of `seed` (simulation only).
+pub fn seed_thread_rng(seed: u64) {
+    SEEDED.with(|r| *r.borrow_mut() = Some(StdRng::seed_from_u64(seed)));
+}
+
+/// Returns this thread to OS-seeded randomness.
+pub fn unseed_thread_rng() {
+    SEEDED.with(|r| *r.borrow_mut() = None);
+}
+
+/// Raft's random number generator: the thread's seeded generator if there is one.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RaftRng;
+
+impl RaftRng {
+    fn with<T>(f: impl FnOnce(&mut dyn RngCore) -> T) -> T {
+        SEEDED.with(|r| match r.borrow_mut().as_mut() {
+            Some(rng) => f(rng),
+            None => f(&mut rand::thread_rng()),
+        })
+    }
+}
+
+impl RngCore for RaftRng {
+    fn next_u32(&mut self) -> u32 {
+        Self::with(|r| r.next_u32())
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        Self::with(|r| r.next_u64())
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        Self::with(|r| r.fill_bytes(dest))
+    }
+
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
+        Self::with(|r| r.try_fill_bytes(dest))
+    }
+}
+
+/// tokio, as openraft's `TokioRuntime`, but with [`RaftRng`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct OncekvRuntime;
+
+impl AsyncRuntime for OncekvRuntime {
+    type JoinError = <TokioRuntime as AsyncRuntime>::JoinError;
+    type JoinHandle<T: OptionalSend + 'static> = <TokioRuntime as AsyncRuntime>::JoinHandle<T>;
+    type Sleep = <TokioRuntime as AsyncRuntime>::Sleep;
+    type Instant = TokioInstant;
+    type TimeoutError = <TokioRuntime as AsyncRuntime>::TimeoutError;
+    type Timeout<R, T: Future<Output = R> + OptionalSend> = <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
+    type ThreadLocalRng = RaftRng;
+    type OneshotSender<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotSender<T>;
+    type OneshotReceiverError = <TokioRuntime as AsyncRuntime>::OneshotReceiverError;
+    type OneshotReceiver<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotReceiver<T>;
+
+    fn spawn<T>(future: T) -> Self::JoinHandle<T::Output>
+    where
+        T: Future + OptionalSend + 'static,
+        T::Output: OptionalSend + 'static,
+    {
+        TokioRuntime::spawn(future)
+    }
+
+    fn sleep(duration: Duration) -> Self::Sleep {
+        TokioRuntime::sleep(duration)
+    }
+
+    fn sleep_until(deadline: Self::Instant) -> Self::Sleep {
+        TokioRuntime::sleep_until(deadline)
+    }
+
+    fn timeout<R, F: Future<Output = R> + OptionalSend>(duration: Duration, future: F) -> Self::Timeout<R, F> {
+        TokioRuntime::timeout(duration, future)
+    }
+
+    fn timeout_at<R, F: Future<Output = R> + OptionalSend>(deadline: Self::Instant, future: F) -> Self::Timeout<R, F> {
+        TokioRuntime::timeout_at(deadline, future)
+    }
+
+    fn is_panic(join_error: &Self::JoinError) -> bool {
+        TokioRuntime::is_panic(join_error)
+    }
+
+    fn thread_rng() -> Self::ThreadLocalRng {
+        RaftRng
+    }
+
+    fn oneshot<T>() -> (Self::OneshotSender<T>, Self::OneshotReceiver<T>)
+    where
+        T: OptionalSend,
+    {
+        TokioRuntime::oneshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::Rng;
+
+    use super::*;
+
+    // The whole point: the same seed must give the same election timeouts.
+    #[test]
+    fn seeded_thread_draws_the_same_sequence_every_time() {
+        let draw = || (0..8).map(|_| OncekvRuntime::thread_rng().gen_range(150..300u64)).collect::<Vec<_>>();
+        seed_thread_rng(42);
+        let a = draw();
+        seed_thread_rng(42);
+        let b = draw();
+        seed_thread_rng(43);
+        let c = draw();
+        unseed_thread_rng();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+}
