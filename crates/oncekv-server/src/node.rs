@@ -18,7 +18,8 @@ use tokio::task::JoinHandle;
 use crate::log_store::{LogStore, LogStoreOptions};
 use crate::network::{Network, PeerChannels};
 use crate::pb::oncekv::ForwardRequest;
-use crate::proposer::{BatchLimits, ProposeError, Proposer, wall_ms};
+use crate::proposer::{BatchLimits, ProposeError, Proposer};
+use crate::runtime::Clock;
 use crate::sm_store::{Applied, SmStore};
 use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
 
@@ -45,6 +46,8 @@ pub struct NodeConfig {
     /// Replicated settings proposed when the cluster first forms.
     pub settings: Settings,
     pub batch: BatchLimits,
+    /// The clock this member stamps entries with while it leads.
+    pub clock: Clock,
 }
 
 impl NodeConfig {
@@ -70,6 +73,7 @@ impl NodeConfig {
             request_timeout: Duration::from_secs(7),
             settings: Settings::default(),
             batch: BatchLimits::default(),
+            clock: Clock::system(),
         }
     }
 }
@@ -324,7 +328,7 @@ impl Node {
             }
         }
 
-        let proposer = Proposer::spawn(raft.clone(), applied.clone(), config.batch);
+        let proposer = Proposer::spawn(raft.clone(), applied.clone(), config.batch, config.clock.clone());
         let core = Arc::new(NodeCore {
             id,
             config,
@@ -372,7 +376,7 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         core.in_flight.expire(Instant::now());
-        let due = core.applied.read().sm.next_deadline().is_some_and(|d| d <= wall_ms());
+        let due = core.applied.read().sm.next_deadline().is_some_and(|d| d <= core.config.clock.now_ms());
         if due && let Err(e) = core.propose_local(Command::Tick).await {
             tracing::debug!("tick: {e}");
         }

@@ -11,12 +11,13 @@
 //! at least what it has applied (and apply takes the max with the log anyway).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use oncekv_core::{Command, LogPayload, Response};
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::runtime::Clock;
 use crate::sm_store::Applied;
 use crate::types::{NodeId, Raft};
 
@@ -75,16 +76,11 @@ impl Default for BatchLimits {
     }
 }
 
-/// Milliseconds since the Unix epoch from this node's clock (only the leader's is used).
-pub fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Proposer {
     /// Starts the batching task for `raft`.
-    pub fn spawn(raft: Raft, applied: Arc<Applied>, limits: BatchLimits) -> Proposer {
+    pub fn spawn(raft: Raft, applied: Arc<Applied>, limits: BatchLimits, clock: Clock) -> Proposer {
         let (tx, rx) = mpsc::channel(64 * 1024);
-        tokio::spawn(run(raft, applied, rx, limits));
+        tokio::spawn(run(raft, applied, rx, limits, clock));
         Proposer { tx }
     }
 
@@ -115,7 +111,13 @@ fn op_size(op: &oncekv_core::Op) -> usize {
     }
 }
 
-async fn run(raft: Raft, applied: Arc<Applied>, mut rx: mpsc::Receiver<Pending>, limits: BatchLimits) {
+async fn run(
+    raft: Raft,
+    applied: Arc<Applied>,
+    mut rx: mpsc::Receiver<Pending>,
+    limits: BatchLimits,
+    clock: Clock,
+) {
     let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
     let mut last_stamp = 0u64;
     let mut carry: Option<Pending> = None;
@@ -146,7 +148,7 @@ async fn run(raft: Raft, applied: Arc<Applied>, mut rx: mpsc::Receiver<Pending>,
             }
         }
         let applied_time = applied.read().sm.cluster_time();
-        last_stamp = last_stamp.max(wall_ms()).max(applied_time);
+        last_stamp = last_stamp.max(clock.now_ms()).max(applied_time);
         let (commands, replies): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|p| (p.command, p.reply)).unzip();
         let payload = LogPayload { cluster_time: last_stamp, commands };

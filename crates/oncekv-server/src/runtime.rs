@@ -137,3 +137,40 @@ mod tests {
         assert_ne!(a, c);
     }
 }
+
+/// Where a leader reads the time it stamps on entries, in milliseconds. Only a leader's
+/// clock is ever read (followers take cluster time from the log). The system clock in
+/// production; a simulation passes simulated time, and may make it jump.
+#[derive(Clone)]
+pub struct Clock(std::sync::Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl Clock {
+    /// Milliseconds since the Unix epoch from the system clock.
+    pub fn system() -> Clock {
+        Clock::new(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        })
+    }
+
+    pub fn new(f: impl Fn() -> u64 + Send + Sync + 'static) -> Clock {
+        Clock(std::sync::Arc::new(f))
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        (self.0)()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::system()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Clock({} ms)", self.now_ms())
+    }
+}

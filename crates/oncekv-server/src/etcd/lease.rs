@@ -13,7 +13,6 @@ use super::session::SessionMeta;
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::lease_server::Lease;
-use crate::proposer::wall_ms;
 
 #[derive(Debug, Clone)]
 pub struct LeaseService {
@@ -83,7 +82,7 @@ impl Lease for LeaseService {
         let r = request.into_inner();
         self.node.read_index().await.map_err(ApiError::from)?;
         let inner = self.node.applied.read();
-        let now = inner.sm.cluster_time().max(wall_ms());
+        let now = inner.sm.cluster_time().max(self.node.config.clock.now_ms());
         let revision = inner.sm.revision();
         // etcd answers an unknown lease with TTL -1 rather than an error.
         let resp = match inner.sm.leases().status(r.id, r.keys, now) {
