@@ -1,0 +1,295 @@
+//! [`Client`]: the session, the counters, and the one retry loop every call goes through.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tonic::transport::Channel;
+use tonic::{Request, Status};
+
+use crate::config::ClientConfig;
+use crate::error::{Error, Failure, classify};
+use crate::retry::Budget;
+use crate::session::{self, InFlight, Session};
+use crate::transport::Transport;
+
+/// A connection to an oncekv (or etcd) cluster. Cheap to clone: clones share the
+/// endpoints, the session and the counters, and may be used concurrently.
+///
+/// See the [crate documentation](crate) for how calls retry and what exactly-once means
+/// for each of them.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ClientConfig,
+    transport: Arc<Transport>,
+    /// The live session, if one is registered. Dropping it stops its keep-alive.
+    session: Mutex<Option<Arc<Session>>>,
+    /// Held while registering, so concurrent first calls share one registration.
+    registering: tokio::sync::Mutex<()>,
+    counters: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    retries: AtomicU64,
+    outcome_unknown: AtomicU64,
+    sessions_registered: AtomicU64,
+}
+
+/// What a client has done so far (all clones of it together).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Calls made (reads and writes).
+    pub requests: u64,
+    /// Attempts beyond the first of each call.
+    pub retries: u64,
+    /// Calls that ended in [`Error::OutcomeUnknown`].
+    pub outcome_unknown: u64,
+    /// Sessions registered (the first one, and one after each expiry).
+    pub sessions_registered: u64,
+}
+
+/// Whether a call changes state (and so is tracked and may end in `OutcomeUnknown`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Read,
+    Write,
+}
+
+impl Client {
+    /// A client for the cluster at `endpoints` (`http://host:port` or `host:port`).
+    ///
+    /// Nothing connects yet: channels open on first use, and the session is registered by
+    /// the first write. Calls must run inside a tokio runtime.
+    pub fn connect<S: AsRef<str>>(
+        endpoints: impl IntoIterator<Item = S>,
+        config: ClientConfig,
+    ) -> Result<Client, Error> {
+        let urls: Vec<String> = endpoints
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .collect();
+        let transport = Arc::new(Transport::new(&urls, &config)?);
+        Ok(Client {
+            inner: Arc::new(Inner {
+                config,
+                transport,
+                session: Mutex::new(None),
+                registering: tokio::sync::Mutex::new(()),
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        let c = &self.inner.counters;
+        ClientStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            outcome_unknown: c.outcome_unknown.load(Ordering::Relaxed),
+            sessions_registered: c.sessions_registered.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The client id of the live session, if one is registered and not known to have
+    /// expired.
+    pub fn session_id(&self) -> Option<u64> {
+        self.live_session().map(|s| s.client_id)
+    }
+
+    /// Ends the session on the server (freeing its saved responses) and stops its
+    /// keep-alive. Call it once no write is in flight: a write still in flight would end
+    /// in [`Error::OutcomeUnknown`]. A later write registers a new session.
+    pub async fn close(&self) -> Result<(), Error> {
+        let session = self.slot().take();
+        match session {
+            Some(s) if !s.is_expired() => {
+                s.close(&self.inner.transport, self.inner.config.request_timeout)
+                    .await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Option<Arc<Session>>> {
+        self.inner
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn live_session(&self) -> Option<Arc<Session>> {
+        self.slot().as_ref().filter(|s| !s.is_expired()).cloned()
+    }
+
+    /// The live session, registering one if there is none.
+    async fn session(&self) -> Result<Arc<Session>, Error> {
+        if let Some(s) = self.live_session() {
+            return Ok(s);
+        }
+        let _registering = self.inner.registering.lock().await;
+        if let Some(s) = self.live_session() {
+            return Ok(s);
+        }
+        let s = session::register(&self.inner.transport, &self.inner.config).await?;
+        self.inner
+            .counters
+            .sessions_registered
+            .fetch_add(1, Ordering::Relaxed);
+        *self.slot() = Some(s.clone());
+        Ok(s)
+    }
+
+    /// A tracked call's seq (a new session if needed); `None` for untracked calls.
+    async fn begin(&self, kind: Kind) -> Result<Option<InFlight>, Error> {
+        if kind == Kind::Write && self.inner.config.exactly_once {
+            Ok(Some(self.session().await?.begin().await))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Runs one call: sends `req` through `send` to the current endpoint, retrying
+    /// retryable failures on the next endpoint with backoff until the budget is spent.
+    ///
+    /// A tracked write keeps its `(client_id, seq)` across every retry. If its session is
+    /// found expired, the write is re-sent under a new session only when no earlier attempt
+    /// can have reached a server; otherwise it ends in [`Error::OutcomeUnknown`], as does a
+    /// write whose budget runs out after a send.
+    pub(crate) async fn call<Req, Resp, F, Fut>(
+        &self,
+        kind: Kind,
+        what: &'static str,
+        req: Req,
+        send: F,
+    ) -> Result<Resp, Error>
+    where
+        Req: Clone,
+        F: Fn(Channel, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Resp, Status>>,
+    {
+        let counters = &self.inner.counters;
+        let transport = &self.inner.transport;
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        transport.discover_once().await;
+        let mut budget = Budget::new(&self.inner.config);
+        let mut tracked = self.begin(kind).await?;
+        // Whether an attempt under the current (client_id, seq) may have reached a server.
+        let mut maybe_sent = false;
+        loop {
+            let i = transport.current();
+            let timeout = budget.start_attempt();
+            if budget.attempts() > 1 {
+                counters.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut request = Request::new(req.clone());
+            request.set_timeout(timeout);
+            if let Some(t) = &tracked {
+                t.session.attach(&mut request, t.seq);
+            }
+            let failure =
+                match tokio::time::timeout(timeout, send(transport.channel(i), request)).await {
+                    // Dropping `tracked` completes the seq.
+                    Ok(Ok(resp)) => return Ok(resp),
+                    Ok(Err(status)) => classify(&status, transport.url(i)),
+                    Err(_) => Failure::timeout(transport.url(i), timeout),
+                };
+            match failure {
+                Failure::Answer(e) => return Err(e),
+                Failure::SessionExpired(message) => {
+                    let Some(t) = tracked.take() else {
+                        return Err(Error::SessionExpired(message));
+                    };
+                    t.session.mark_expired();
+                    if maybe_sent {
+                        let reason = format!(
+                            "its session expired while the request was in flight ({message})"
+                        );
+                        return Err(self.outcome_unknown(what, Some(&t), &budget, reason));
+                    }
+                    if budget.next_delay().is_none() {
+                        return Err(Error::SessionExpired(message));
+                    }
+                    tracing::debug!(
+                        client_id = t.session.client_id,
+                        seq = t.seq,
+                        "oncekv client: {what} met an expired session before it could run; re-registering"
+                    );
+                    drop(t);
+                    tracked = self.begin(kind).await?;
+                }
+                Failure::Retry {
+                    error,
+                    maybe_sent: sent,
+                } => {
+                    maybe_sent |= sent && kind == Kind::Write;
+                    transport.failed(i);
+                    let Some(delay) = budget.next_delay() else {
+                        if maybe_sent {
+                            let reason = format!(
+                                "gave up after {} attempts; last error: {error}",
+                                budget.attempts()
+                            );
+                            return Err(self.outcome_unknown(
+                                what,
+                                tracked.as_ref(),
+                                &budget,
+                                reason,
+                            ));
+                        }
+                        return Err(error);
+                    };
+                    tracing::debug!(
+                        attempt = budget.attempts(),
+                        ?delay,
+                        "oncekv client: {what} failed, retrying: {error}"
+                    );
+                    tokio::time::sleep(delay).await;
+                    transport.find_leader().await;
+                }
+            }
+        }
+    }
+
+    fn outcome_unknown(
+        &self,
+        what: &str,
+        tracked: Option<&InFlight>,
+        budget: &Budget,
+        reason: String,
+    ) -> Error {
+        self.inner
+            .counters
+            .outcome_unknown
+            .fetch_add(1, Ordering::Relaxed);
+        let what = match tracked {
+            Some(t) => format!("{what} (session {}, seq {})", t.session.client_id, t.seq),
+            None => format!("{what} (untracked)"),
+        };
+        tracing::warn!(
+            attempts = budget.attempts(),
+            "oncekv client: outcome of {what} unknown: {reason}"
+        );
+        Error::OutcomeUnknown { what, reason }
+    }
+
+    /// The channel to `endpoint` if it is one of the client's, else a new one.
+    pub(crate) fn channel_to(&self, endpoint: &str) -> Result<Channel, Error> {
+        let t = &self.inner.transport;
+        let url = crate::transport::normalize(endpoint);
+        match (0..t.len()).find(|&i| t.url(i) == url) {
+            Some(i) => Ok(t.channel(i)),
+            None => Ok(crate::transport::endpoint(endpoint, &self.inner.config)?.connect_lazy()),
+        }
+    }
+}

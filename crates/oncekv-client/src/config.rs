@@ -1,0 +1,67 @@
+//! How a [`Client`](crate::Client) times out, retries and keeps its session.
+
+use std::time::Duration;
+
+/// Client settings. Start from [`ClientConfig::default`] and change what you need:
+///
+/// ```
+/// use std::time::Duration;
+/// use oncekv_client::ClientConfig;
+///
+/// let config = ClientConfig {
+///     request_timeout: Duration::from_secs(2),
+///     max_attempts: 10,
+///     ..ClientConfig::default()
+/// };
+/// assert!(config.exactly_once);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// How long one attempt may wait for its answer before the client gives up on it and
+    /// retries (the attempt's outcome is then unknown, so a mutating call will only be
+    /// retried under its original sequence number).
+    pub request_timeout: Duration,
+    /// How long establishing a connection to one endpoint may take.
+    pub connect_timeout: Duration,
+    /// Retry budget: at most this many attempts per call (the first one included).
+    pub max_attempts: u32,
+    /// Retry budget: no new attempt starts once this much time has passed since the call
+    /// began, and no attempt runs past it.
+    pub max_retry_time: Duration,
+    /// The first backoff before a retry; it doubles on each further retry...
+    pub backoff_base: Duration,
+    /// ...up to this cap. Each delay is jittered to between half and all of its value.
+    pub backoff_cap: Duration,
+    /// Keep the session alive in the background (every third of its TTL). Turn off only
+    /// to let a session expire on purpose (tests).
+    pub keep_alive: bool,
+    /// `true` (the default): mutating calls carry session metadata and take effect exactly
+    /// once. `false`: an etcd-style client with the same API and the same retries but no
+    /// session, so a retried write may be applied twice (kept for comparison).
+    pub exactly_once: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(1),
+            max_attempts: 30,
+            max_retry_time: Duration::from_secs(30),
+            backoff_base: Duration::from_millis(25),
+            backoff_cap: Duration::from_secs(1),
+            keep_alive: true,
+            exactly_once: true,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// The etcd-style contrast: default settings without sessions (at-least-once writes).
+    pub fn untracked() -> ClientConfig {
+        ClientConfig {
+            exactly_once: false,
+            ..ClientConfig::default()
+        }
+    }
+}

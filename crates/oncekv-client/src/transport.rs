@@ -1,0 +1,221 @@
+//! The endpoint list: lazily created channels and which member to talk to.
+//!
+//! Requests go to the *current* endpoint. After a retryable failure the caller moves on to
+//! the next one ([`Transport::failed`]) and, before retrying, asks every member for its
+//! `Maintenance.Status` ([`Transport::find_leader`]): the member that reports itself as
+//! leader becomes current. Followers forward writes, so talking to a follower is correct,
+//! just one hop slower.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use oncekv_server::pb::etcdserverpb::StatusRequest;
+use oncekv_server::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+use tokio::task::JoinSet;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::config::ClientConfig;
+use crate::error::Error;
+
+/// Leader discovery gives up on silent members after this long.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Concurrent failures share one discovery round within this window.
+const REDISCOVER_AFTER: Duration = Duration::from_millis(50);
+
+#[derive(Debug)]
+struct Target {
+    url: String,
+    endpoint: Endpoint,
+    channel: OnceLock<Channel>,
+}
+
+/// The members a client talks to.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    targets: Vec<Target>,
+    current: AtomicUsize,
+    request_timeout: Duration,
+    /// Whether leader discovery has run at least once (the per-call fast path).
+    discovered: AtomicBool,
+    /// When leader discovery last ran (`None`: never).
+    last_discovery: tokio::sync::Mutex<Option<Instant>>,
+}
+
+/// `127.0.0.1:2379` → `http://127.0.0.1:2379`; URLs with a scheme are kept.
+pub(crate) fn normalize(url: &str) -> String {
+    let url = url.trim();
+    if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    }
+}
+
+/// A channel configuration for `url` (nothing connects until the first request).
+pub(crate) fn endpoint(url: &str, config: &ClientConfig) -> Result<Endpoint, Error> {
+    let normalized = normalize(url);
+    let endpoint =
+        Endpoint::from_shared(normalized.clone()).map_err(|e| Error::InvalidEndpoint {
+            endpoint: url.to_string(),
+            reason: e.to_string(),
+        })?;
+    if endpoint.uri().host().is_none() {
+        return Err(Error::InvalidEndpoint {
+            endpoint: url.to_string(),
+            reason: "no host".into(),
+        });
+    }
+    Ok(endpoint
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true))
+}
+
+impl Transport {
+    pub(crate) fn new<S: AsRef<str>>(
+        urls: &[S],
+        config: &ClientConfig,
+    ) -> Result<Transport, Error> {
+        if urls.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        let targets = urls
+            .iter()
+            .map(|u| {
+                Ok(Target {
+                    url: normalize(u.as_ref()),
+                    endpoint: endpoint(u.as_ref(), config)?,
+                    channel: OnceLock::new(),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(Transport {
+            targets,
+            current: AtomicUsize::new(0),
+            request_timeout: config.request_timeout,
+            discovered: AtomicBool::new(false),
+            last_discovery: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The endpoint to send the next request to.
+    pub(crate) fn current(&self) -> usize {
+        self.current.load(Ordering::Relaxed) % self.targets.len()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.targets.len()
+    }
+
+    pub(crate) fn url(&self, i: usize) -> &str {
+        &self.targets[i].url
+    }
+
+    /// The (lazily created) channel to endpoint `i`. Must be called inside a tokio runtime.
+    pub(crate) fn channel(&self, i: usize) -> Channel {
+        let target = &self.targets[i];
+        target
+            .channel
+            .get_or_init(|| target.endpoint.connect_lazy())
+            .clone()
+    }
+
+    /// A request to endpoint `i` failed retryably: move on to the next one (unless a
+    /// concurrent failure already did).
+    pub(crate) fn failed(&self, i: usize) {
+        let next = (i + 1) % self.targets.len();
+        let _ = self
+            .current
+            .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Runs leader discovery once per client before the first request.
+    pub(crate) async fn discover_once(&self) {
+        if self.discovered.load(Ordering::Relaxed) {
+            return;
+        }
+        let never = self.last_discovery.lock().await.is_none();
+        if never {
+            self.find_leader().await;
+        }
+    }
+
+    /// Asks every endpoint for its status and makes the one that reports itself leader
+    /// current. Best effort: without an answer the current endpoint stays as it is.
+    /// Concurrent callers within a short window share one round.
+    pub(crate) async fn find_leader(&self) {
+        if self.targets.len() == 1 {
+            self.discovered.store(true, Ordering::Relaxed);
+            return;
+        }
+        let mut last = self.last_discovery.lock().await;
+        if last.is_some_and(|t| t.elapsed() < REDISCOVER_AFTER) {
+            return;
+        }
+        let probe_timeout = self.request_timeout.min(PROBE_TIMEOUT);
+        let mut probes = JoinSet::new();
+        for i in 0..self.targets.len() {
+            let channel = self.channel(i);
+            probes.spawn(async move {
+                let mut request = tonic::Request::new(StatusRequest {});
+                request.set_timeout(probe_timeout);
+                let mut client = MaintenanceClient::new(channel);
+                let call = client.status(request);
+                match tokio::time::timeout(probe_timeout, call).await {
+                    Ok(Ok(resp)) => {
+                        let status = resp.into_inner();
+                        let me = status.header.map_or(0, |h| h.member_id);
+                        (status.leader != 0 && status.leader == me).then_some(i)
+                    }
+                    _ => None,
+                }
+            });
+        }
+        let deadline = tokio::time::Instant::now() + probe_timeout + Duration::from_millis(50);
+        while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, probes.join_next()).await {
+            if let Ok(Some(leader)) = joined {
+                tracing::debug!(endpoint = %self.targets[leader].url, "oncekv client: found the leader");
+                self.current.store(leader, Ordering::Relaxed);
+                break;
+            }
+        }
+        *last = Some(Instant::now());
+        self.discovered.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    // Users paste etcd-style endpoints with or without a scheme; both must work.
+    #[test]
+    fn endpoints_without_a_scheme_get_http() {
+        assert_eq!(normalize("127.0.0.1:2379"), "http://127.0.0.1:2379");
+        assert_eq!(normalize(" http://h:1 "), "http://h:1");
+        let config = ClientConfig::default();
+        assert!(endpoint("127.0.0.1:2379", &config).is_ok());
+        assert!(matches!(
+            endpoint("http://", &config),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+        assert!(matches!(
+            Transport::new::<&str>(&[], &config),
+            Err(Error::NoEndpoints)
+        ));
+    }
+
+    // Concurrent failures of the same endpoint must advance once, not skip a member.
+    #[test]
+    fn concurrent_failures_advance_once() {
+        let t = Transport::new(&["a:1", "b:1", "c:1"], &ClientConfig::default()).unwrap();
+        assert_eq!(t.current(), 0);
+        t.failed(0);
+        t.failed(0);
+        assert_eq!(t.current(), 1);
+        t.failed(1);
+        t.failed(2);
+        assert_eq!(t.current(), 0);
+    }
+}
