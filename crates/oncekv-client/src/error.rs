@@ -7,7 +7,7 @@ use std::time::Duration;
 use tonic::{Code, Status};
 
 /// Metadata key on oncekv's own session errors (must match the server).
-const ERROR_DETAIL_KEY: &str = "oncekv-error";
+use oncekv_server::etcd::ERROR_DETAIL_KEY;
 
 /// Why a call failed. Three kinds, kept apart because they call for different handling:
 ///

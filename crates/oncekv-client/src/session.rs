@@ -26,10 +26,7 @@ use crate::retry::Budget;
 use crate::transport::Transport;
 
 // The request metadata of a tracked request (must match the server).
-pub(crate) const CLIENT_ID_KEY: &str = "oncekv-client-id";
-pub(crate) const SECRET_KEY: &str = "oncekv-session-secret";
-pub(crate) const SEQ_KEY: &str = "oncekv-seq";
-pub(crate) const FIRST_INCOMPLETE_KEY: &str = "oncekv-first-incomplete";
+pub(crate) use oncekv_server::etcd::{CLIENT_ID_KEY, FIRST_INCOMPLETE_KEY, SECRET_KEY, SEQ_KEY};
 
 #[derive(Debug)]
 struct Seqs {

@@ -107,8 +107,8 @@ pub enum ForwardedReply {
     Response(Response),
     ReadIndex(u64),
     Info(Member),
-    Error(String),
-    NotLeader(Option<NodeId>),
+    /// The leader could not serve it; the variant is kept so a timeout stays a timeout.
+    Error(ProposeError),
 }
 
 /// What every request handler shares.
@@ -220,8 +220,7 @@ impl NodeCore {
         let reply: ForwardedReply = postcard::from_bytes(&reply.into_inner().payload)
             .map_err(|e| ProposeError::Internal(format!("bad reply from leader: {e}")))?;
         match reply {
-            ForwardedReply::NotLeader(leader) => Err(ProposeError::NotLeader { leader }),
-            ForwardedReply::Error(e) => Err(ProposeError::Internal(e)),
+            ForwardedReply::Error(e) => Err(e),
             other => Ok(other),
         }
     }
@@ -233,11 +232,7 @@ impl NodeCore {
             Forwarded::ReadIndex => self.local_read_index().await.map(ForwardedReply::ReadIndex),
             Forwarded::Info => Ok(ForwardedReply::Info(self.me().cloned().unwrap_or_default())),
         };
-        match result {
-            Ok(r) => r,
-            Err(ProposeError::NotLeader { leader }) => ForwardedReply::NotLeader(leader),
-            Err(e) => ForwardedReply::Error(e.to_string()),
-        }
+        result.unwrap_or_else(ForwardedReply::Error)
     }
 
     /// A Range on this node's applied state, after `read_index` unless `serializable`.

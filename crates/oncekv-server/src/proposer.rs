@@ -24,7 +24,7 @@ use crate::types::{NodeId, Raft};
 /// Why a proposal got no response. Each leaves the command's outcome unknown: an entry
 /// appended by a leader that then lost leadership may still commit. Only a tracked command
 /// can be retried safely (the session rules absorb a duplicate).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ProposeError {
     #[error("etcdserver: not leader (leader is {leader:?})")]
     NotLeader { leader: Option<NodeId> },

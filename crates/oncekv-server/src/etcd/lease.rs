@@ -55,14 +55,19 @@ impl Lease for LeaseService {
         request: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<pb::LeaseKeepAliveResponse>>, Status> {
         let node = self.node.clone();
+        // A stream has one set of metadata: with a session, its seq numbers the stream's
+        // first keep-alive (the oncekv client opens a stream per keep-alive); later ones
+        // on the same stream are untracked, as etcd's are.
+        let mut meta = SessionMeta::from_metadata(request.metadata())?;
         let incoming = request.into_inner();
         // One response per request, in order. A lease that is gone answers TTL 0, as etcd
         // does, rather than ending the stream.
         let out = incoming.then(move |req| {
             let node = node.clone();
+            let meta = meta.take();
             async move {
                 let req = req?;
-                let reply = node.execute(Op::LeaseKeepAlive { id: req.id }, None).await?;
+                let reply = node.execute(Op::LeaseKeepAlive { id: req.id }, meta).await?;
                 let ttl = match reply.result {
                     Ok(OpResponse::LeaseKeepAlive { ttl, .. }) => ttl,
                     Err(OpError::LeaseNotFound) => 0,

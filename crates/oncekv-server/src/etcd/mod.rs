@@ -12,7 +12,9 @@ mod session;
 pub use cluster::{ClusterService, MaintenanceService};
 pub use kv::KvService;
 pub use lease::LeaseService;
-pub use session::{SessionMeta, SessionService};
+pub use session::{
+    CLIENT_ID_KEY, FIRST_INCOMPLETE_KEY, SECRET_KEY, SEQ_KEY, SessionMeta, SessionService,
+};
 
 use oncekv_core::{Command, Op, OpError, OpReply, Response, SessionError, Tracked};
 use std::time::Instant;
@@ -47,7 +49,7 @@ impl From<ApiError> for Status {
     fn from(e: ApiError) -> Status {
         let msg = e.to_string();
         let (code, detail) = match &e {
-            ApiError::Op(op) => (op_code(op), None),
+            ApiError::Op(op) => (op_code(op), Some(op_detail(op))),
             ApiError::Session(s) => match s {
                 SessionError::SessionExpired { .. } => (Code::FailedPrecondition, Some("session-expired")),
                 SessionError::PermissionDenied { .. } => (Code::PermissionDenied, Some("permission-denied")),
@@ -68,6 +70,24 @@ impl From<ApiError> for Status {
             status.metadata_mut().insert(ERROR_DETAIL_KEY, v);
         }
         status
+    }
+}
+
+/// The machine-readable `oncekv-error` value of a store refusal (etcd clients match on
+/// the message; oncekv's client may use this instead).
+fn op_detail(e: &OpError) -> &'static str {
+    match e {
+        OpError::LeaseNotFound => "lease-not-found",
+        OpError::LeaseAlreadyExists => "lease-already-exists",
+        OpError::LeaseTtlTooLarge => "lease-ttl-too-large",
+        OpError::KeyNotFound => "key-not-found",
+        OpError::LeaseProvided => "lease-provided",
+        OpError::ValueProvided => "value-provided",
+        OpError::Compacted => "compacted",
+        OpError::FutureRevision => "future-revision",
+        OpError::DuplicateKey => "duplicate-key",
+        OpError::TooManyOps => "too-many-ops",
+        OpError::EmptyKey => "empty-key",
     }
 }
 
