@@ -1,0 +1,261 @@
+//! Opening a log directory: replay every segment, cut a torn tail, refuse real damage.
+//!
+//! # Torn tail or corruption?
+//!
+//! The writer never starts writing batch `b + 1` before the `fdatasync` of batch `b`
+//! returned, and it seals (fdatasyncs) a segment before creating the next one. So after a
+//! crash only the last batch of the newest segment can be partly on disk; everything
+//! older was durable and must read back intact. Every record carries its batch number, and
+//! the last record of each batch is flagged. When a record fails its checks:
+//!
+//! * in a segment that is not the newest → **corruption** (`Err` from open);
+//! * otherwise the damaged record belongs to batch `B` (read from its header when the
+//!   header's own checksum holds, else the batch of the previous record, plus one if that
+//!   record closed its batch, else the segment's first batch). If any valid record of a
+//!   batch later than `B` follows anywhere in the file → **corruption**: batch `B` had
+//!   been fdatasync'd, so this is not a torn write. If none follows → **torn tail**: the
+//!   file is cut at the damaged record (`tracing::warn!`) and the node opens with what
+//!   precedes it. Those records were never acknowledged.
+//!
+//! The one case this cannot catch is damage confined to the very last batch after it was
+//! acknowledged: that is indistinguishable from a torn write, and is treated as one.
+//! Raft tolerates it only because the entries are also on a majority of peers.
+//!
+//! Every open then starts a fresh segment, so a segment is only ever written by one
+//! process lifetime and the rule above never sees a cut tail followed by newer batches.
+
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use openraft::{LogId, RaftLogId, RaftTypeConfig, Vote};
+use serde::de::DeserializeOwned;
+
+use super::LogError;
+use super::format::{
+    FILE_HEADER_LEN, FileHeader, Found, Kind, MetaRecord, RECORD_HEADER_LEN, find_later_batch,
+    parse_record, parse_segment_file_name, segment_file_name,
+};
+use super::state::{Slot, State};
+use super::writer::sync_dir;
+
+/// What recovery hands to the store.
+#[derive(Debug)]
+pub(super) struct Recovered<C: RaftTypeConfig> {
+    pub(super) state: State<C::NodeId>,
+    /// Number for the next group-commit batch: above every batch found on disk.
+    pub(super) next_batch: u64,
+}
+
+/// Replays the log in `dir` (creating `dir` if missing). Blocking.
+pub(super) fn recover<C: RaftTypeConfig>(
+    dir: &Path,
+    segment_limit: u64,
+    cache_limit: usize,
+) -> Result<Recovered<C>, LogError> {
+    fs::create_dir_all(dir).map_err(|e| LogError::io("create directory", dir, e))?;
+    let ids = list_segments(dir)?;
+    let mut state = State::new(segment_limit, cache_limit);
+    let mut max_batch = 0;
+    for (i, &id) in ids.iter().enumerate() {
+        let newest = i + 1 == ids.len();
+        let path = dir.join(segment_file_name(id));
+        let buf = fs::read(&path).map_err(|e| LogError::io("read", &path, e))?;
+        let header = match FileHeader::decode(&buf) {
+            Ok(h) if h.segment == id => h,
+            Ok(h) => {
+                let reason = format!(
+                    "header names segment {} but the file name says {id}",
+                    h.segment
+                );
+                return Err(corrupt(&path, 0, reason));
+            }
+            Err(reason) => {
+                drop_torn_segment(dir, &path, &buf, newest, reason)?;
+                continue;
+            }
+        };
+        max_batch = max_batch.max(header.first_batch);
+        state.segments.insert(id);
+        let mut pos = FILE_HEADER_LEN;
+        let mut prev = None;
+        loop {
+            match parse_record(&buf, pos) {
+                Ok(None) => break,
+                Ok(Some(found)) => {
+                    apply::<C>(&mut state, id, &found)
+                        .map_err(|reason| corrupt(&path, found.offset as u64, reason))?;
+                    max_batch = max_batch.max(found.header.batch);
+                    prev = Some(found.header);
+                    pos = found.end();
+                }
+                Err(damage) => {
+                    if !newest {
+                        let reason = format!(
+                            "{}; a newer segment exists, so this one was sealed with fdatasync",
+                            damage.reason
+                        );
+                        return Err(corrupt(&path, pos as u64, reason));
+                    }
+                    let batch = match (damage.header, prev) {
+                        (Some(h), _) => h.batch,
+                        (None, Some(p)) if p.last_in_batch() => p.batch + 1,
+                        (None, Some(p)) => p.batch,
+                        (None, None) => header.first_batch,
+                    };
+                    if let Some(later) = find_later_batch(&buf, pos + 1, batch) {
+                        let reason = format!(
+                            "{} in batch {batch}, yet a valid record of later batch {} follows at \
+                             offset {}, so the damaged batch had been fdatasync'd: not a torn write",
+                            damage.reason, later.header.batch, later.offset
+                        );
+                        return Err(corrupt(&path, pos as u64, reason));
+                    }
+                    cut_torn_tail(&path, pos as u64, buf.len(), damage.reason)?;
+                    break;
+                }
+            }
+        }
+    }
+    check_start(&state, dir)?;
+    Ok(Recovered {
+        state,
+        next_batch: max_batch + 1,
+    })
+}
+
+/// Segment ids in `dir`, ascending. Other files are ignored.
+fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
+    let mut ids = Vec::new();
+    let rd = fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
+        if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// A segment whose file header is bad: fine (and removed) only if it is the newest and
+/// holds no valid record, i.e. the crash hit while it was being created.
+fn drop_torn_segment(
+    dir: &Path,
+    path: &Path,
+    buf: &[u8],
+    newest: bool,
+    reason: &str,
+) -> Result<(), LogError> {
+    if !newest {
+        let reason = format!("{reason}; a newer segment exists, so this one was sealed");
+        return Err(corrupt(path, 0, reason));
+    }
+    if let Some(found) = find_later_batch(buf, 0, 0) {
+        let reason = format!(
+            "{reason}, yet a valid record follows at offset {}",
+            found.offset
+        );
+        return Err(corrupt(path, 0, reason));
+    }
+    tracing::warn!(
+        path = %path.display(),
+        reason,
+        "removing a log segment whose creation was interrupted by a crash"
+    );
+    fs::remove_file(path).map_err(|e| LogError::io("remove", path, e))?;
+    sync_dir(dir).map_err(|e| LogError::io("fsync directory", dir, e))
+}
+
+/// Cuts the newest segment at `at` and makes the cut durable.
+fn cut_torn_tail(path: &Path, at: u64, len: usize, reason: &str) -> Result<(), LogError> {
+    tracing::warn!(
+        path = %path.display(),
+        offset = at,
+        dropped_bytes = len as u64 - at,
+        reason,
+        "cutting a torn tail off the raft log (unacknowledged writes of a crash)"
+    );
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| LogError::io("open for truncation", path, e))?;
+    file.set_len(at)
+        .map_err(|e| LogError::io("truncate", path, e))?;
+    file.sync_all().map_err(|e| LogError::io("fsync", path, e))
+}
+
+/// Replays one valid record into `state`.
+fn apply<C: RaftTypeConfig>(
+    state: &mut State<C::NodeId>,
+    segment: u64,
+    found: &Found<'_>,
+) -> Result<(), String> {
+    let kind = Kind::from_u8(found.header.kind).ok_or_else(|| {
+        format!(
+            "unknown record kind {} (written by a newer version?)",
+            found.header.kind
+        )
+    })?;
+    match kind {
+        Kind::Meta => {
+            let meta: MetaRecord<C::NodeId> = decode(found.payload, "meta")?;
+            state.vote = meta.vote;
+            state.committed = meta.committed;
+            if let Some(p) = meta.purged {
+                state.purge_upto(p);
+            }
+        }
+        Kind::Entry => {
+            let entry: C::Entry = decode(found.payload, "entry")?;
+            let log_id = entry.get_log_id().clone();
+            state.check_append([log_id.index], false)?;
+            state.insert_slot(Slot {
+                log_id,
+                segment,
+                offset: (found.offset + RECORD_HEADER_LEN) as u64,
+                len: found.header.len,
+                crc: found.header.payload_crc,
+                seq: 0,
+                cached: None,
+            });
+        }
+        Kind::Vote => state.vote = Some(decode::<Vote<C::NodeId>>(found.payload, "vote")?),
+        Kind::Committed => state.committed = decode(found.payload, "committed")?,
+        Kind::Purge => {
+            state.purge_upto(decode::<LogId<C::NodeId>>(found.payload, "purge")?);
+        }
+        Kind::Truncate => state.truncate_from(decode(found.payload, "truncate")?),
+    }
+    Ok(())
+}
+
+/// After replay, the first present entry must directly follow the purge point.
+fn check_start<NID: openraft::NodeId>(state: &State<NID>, dir: &Path) -> Result<(), LogError> {
+    if let (Some(p), Some(first)) = (&state.purged, state.slots.front())
+        && first.log_id.index != p.index + 1
+    {
+        return Err(LogError::Inconsistent(format!(
+            "log in {} is purged up to {} but its first entry is {}: entries are missing",
+            dir.display(),
+            p.index,
+            first.log_id.index
+        )));
+    }
+    Ok(())
+}
+
+fn decode<T: DeserializeOwned>(payload: &[u8], what: &str) -> Result<T, String> {
+    postcard::from_bytes(payload).map_err(|e| {
+        format!(
+            "{what} record has a valid checksum but cannot be decoded ({e}): format mismatch or bug"
+        )
+    })
+}
+
+fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> LogError {
+    LogError::Corrupt {
+        path: PathBuf::from(path),
+        offset,
+        reason: reason.into(),
+    }
+}

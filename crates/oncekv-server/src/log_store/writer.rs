@@ -1,0 +1,332 @@
+//! The writer thread: the only code that writes to segment files.
+//!
+//! It receives [`Op`]s in the exact order the store produced them, drains everything that
+//! is queued, writes it with one `write` per segment, calls `fdatasync` once, and only then
+//! fires the completion callbacks of that batch (group commit). A batch is never started
+//! before the previous batch's `fdatasync` returned, which is what lets recovery tell a
+//! torn tail from older damage (see `recovery`).
+//!
+//! After any I/O error the writer is failed for good: later operations complete with an
+//! error and nothing more is written (after a failed fsync the page cache state is
+//! unknown, so retrying could report data durable that is not).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use super::format::{
+    FILE_HEADER_LEN, FLAG_LAST_IN_BATCH, FileHeader, Kind, RECORD_HEADER_LEN, RecordHeader,
+    segment_file_name,
+};
+
+/// Completion callback: receives the outcome of the fdatasync covering the operation.
+pub(super) type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
+
+/// One instruction for the writer thread.
+pub(super) enum Op {
+    /// Seal the current segment (fdatasync), then create segment `id`, write its header,
+    /// fdatasync it and fsync the directory.
+    Rotate { id: u64 },
+    /// Append one record to the current segment.
+    Record(Staged),
+    /// Delete these segment files once everything before this op is durable.
+    Delete { ids: Vec<u64> },
+    /// Call back once everything before this op is durable.
+    Notify(Done),
+}
+
+impl std::fmt::Debug for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Rotate { id } => write!(f, "Rotate({id})"),
+            Op::Record(r) => write!(
+                f,
+                "Record({:?} @{}, {} bytes)",
+                r.kind,
+                r.offset,
+                r.payload.len()
+            ),
+            Op::Delete { ids } => write!(f, "Delete({ids:?})"),
+            Op::Notify(_) => write!(f, "Notify"),
+        }
+    }
+}
+
+/// A record whose header the writer completes (batch number and flags are only known
+/// when the batch is cut).
+pub(super) struct Staged {
+    pub(super) kind: Kind,
+    pub(super) payload: Bytes,
+    pub(super) payload_crc: u32,
+    /// Where the store expects the record to start; checked against the file length.
+    pub(super) offset: u64,
+    /// The store's sequence number of this record, published once written.
+    pub(super) seq: u64,
+}
+
+/// Counters shared between the writer and the store.
+#[derive(Debug, Default)]
+pub(super) struct WriterShared {
+    /// fdatasync/fsync calls made, for tests and metrics.
+    pub(super) fsyncs: AtomicU64,
+    /// Highest record `seq` whose bytes are in the file (readable with `pread`).
+    pub(super) written_seq: AtomicU64,
+    /// Set once the writer failed; the message of the first error.
+    pub(super) failed: Mutex<Option<String>>,
+}
+
+impl WriterShared {
+    pub(super) fn failure(&self) -> Option<String> {
+        match self.failed.lock() {
+            Ok(g) => g.clone(),
+            Err(_) => Some("log writer state poisoned".to_string()),
+        }
+    }
+}
+
+/// A test hook that holds the writer just before each fdatasync until released.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct SyncGate {
+    state: Mutex<(bool, u64)>, // (closed, number of times the writer waited at the gate)
+    cv: std::sync::Condvar,
+}
+
+#[cfg(test)]
+impl SyncGate {
+    pub(crate) fn close(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.0 = true;
+        }
+    }
+
+    pub(crate) fn open(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.0 = false;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Blocks until the writer has arrived at the closed gate `n` times in total.
+    pub(crate) fn wait_arrivals(&self, n: u64) {
+        let Ok(mut s) = self.state.lock() else { return };
+        while s.1 < n {
+            s = match self.cv.wait(s) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        }
+    }
+
+    fn pass(&self) {
+        let Ok(mut s) = self.state.lock() else { return };
+        if s.0 {
+            s.1 += 1;
+            self.cv.notify_all();
+            while s.0 {
+                s = match self.cv.wait(s) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            }
+        }
+    }
+}
+
+/// The writer's private state.
+pub(super) struct Writer {
+    dir: PathBuf,
+    shared: Arc<WriterShared>,
+    /// The segment being appended to, its id and its length in bytes.
+    current: Option<(u64, File, u64)>,
+    /// Records of the open batch, not yet written, and their encoded size.
+    staged: Vec<Staged>,
+    staged_bytes: u64,
+    /// Number of the next batch to write.
+    batch: u64,
+    /// `Some` once an I/O error happened.
+    failed: Option<String>,
+    #[cfg(test)]
+    pub(super) gate: Option<Arc<SyncGate>>,
+}
+
+impl Writer {
+    pub(super) fn new(dir: PathBuf, shared: Arc<WriterShared>, next_batch: u64) -> Writer {
+        Writer {
+            dir,
+            shared,
+            current: None,
+            staged: Vec::new(),
+            staged_bytes: 0,
+            batch: next_batch,
+            failed: None,
+            #[cfg(test)]
+            gate: None,
+        }
+    }
+
+    /// Runs until every sender is gone, then returns (files are closed on drop).
+    /// Each message is the operations of one store call, never split across batches.
+    pub(super) fn run(mut self, rx: Receiver<Vec<Op>>) {
+        while let Ok(mut ops) = rx.recv() {
+            for more in rx.try_iter() {
+                ops.extend(more);
+            }
+            self.process(ops);
+        }
+    }
+
+    /// Executes one drained group of operations: one fdatasync (plus one per rotation),
+    /// then deletions, then callbacks.
+    fn process(&mut self, ops: Vec<Op>) {
+        let mut done = Vec::new();
+        let mut delete = Vec::new();
+        let mut result = match &self.failed {
+            Some(msg) => Err(msg.clone()),
+            None => Ok(()),
+        };
+        for op in ops {
+            match op {
+                Op::Notify(d) => done.push(d),
+                Op::Delete { ids } => delete.extend(ids),
+                Op::Record(r) if result.is_ok() => result = self.stage(r),
+                Op::Rotate { id } if result.is_ok() => result = self.rotate(id),
+                Op::Record(_) | Op::Rotate { .. } => {}
+            }
+        }
+        if result.is_ok() {
+            result = self.write_and_sync();
+        }
+        match result {
+            Ok(()) => {
+                for id in delete {
+                    let path = self.dir.join(segment_file_name(id));
+                    // A leftover segment is harmless: recovery skips what was purged.
+                    if let Err(e) = fs::remove_file(&path) {
+                        tracing::warn!(path = %path.display(), error = %e, "could not delete purged log segment");
+                    }
+                }
+                for d in done {
+                    d(Ok(()));
+                }
+            }
+            Err(msg) => {
+                self.fail(&msg);
+                for d in done {
+                    d(Err(io::Error::other(msg.clone())));
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, msg: &str) {
+        if self.failed.is_none() {
+            tracing::error!(
+                error = msg,
+                "raft log writer failed; the log accepts no more writes"
+            );
+            self.failed = Some(msg.to_string());
+            if let Ok(mut f) = self.shared.failed.lock() {
+                f.get_or_insert_with(|| msg.to_string());
+            }
+        }
+    }
+
+    fn stage(&mut self, r: Staged) -> Result<(), String> {
+        let Some((id, _, len)) = &self.current else {
+            return Err("internal: record staged with no open segment".to_string());
+        };
+        let expected = *len + self.staged_bytes;
+        if r.offset != expected {
+            return Err(format!(
+                "internal: record for segment {id} expected at offset {} but the file ends at {expected}",
+                r.offset
+            ));
+        }
+        self.staged_bytes += (RECORD_HEADER_LEN + r.payload.len()) as u64;
+        self.staged.push(r);
+        Ok(())
+    }
+
+    /// Writes the staged records as one batch and fdatasyncs the segment. The records are
+    /// durable exactly when this returns `Ok`.
+    fn write_and_sync(&mut self) -> Result<(), String> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let Some((id, file, len)) = &mut self.current else {
+            return Err("internal: batch with no open segment".to_string());
+        };
+        let path = self.dir.join(segment_file_name(*id));
+        let mut buf = Vec::with_capacity(self.staged_bytes as usize);
+        let last = self.staged.len() - 1;
+        let mut max_seq = 0;
+        for (i, s) in self.staged.iter().enumerate() {
+            let header = RecordHeader {
+                len: s.payload.len() as u32,
+                batch: self.batch,
+                kind: s.kind as u8,
+                flags: if i == last { FLAG_LAST_IN_BATCH } else { 0 },
+                payload_crc: s.payload_crc,
+            };
+            header.encode_into(&mut buf);
+            buf.extend_from_slice(&s.payload);
+            max_seq = max_seq.max(s.seq);
+        }
+        file.write_all(&buf)
+            .map_err(|e| io_msg("write to", &path, &e))?;
+        *len += buf.len() as u64;
+        self.shared
+            .written_seq
+            .fetch_max(max_seq, Ordering::Release);
+        self.staged.clear();
+        self.staged_bytes = 0;
+
+        #[cfg(test)]
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
+        file.sync_data()
+            .map_err(|e| io_msg("fdatasync", &path, &e))?;
+        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.batch += 1;
+        Ok(())
+    }
+
+    /// Seals the current segment and starts segment `id`.
+    fn rotate(&mut self, id: u64) -> Result<(), String> {
+        self.write_and_sync()?;
+        let path = self.dir.join(segment_file_name(id));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| io_msg("create", &path, &e))?;
+        let header = FileHeader {
+            segment: id,
+            first_batch: self.batch,
+        };
+        file.write_all(&header.encode())
+            .map_err(|e| io_msg("write header of", &path, &e))?;
+        file.sync_data()
+            .map_err(|e| io_msg("fdatasync", &path, &e))?;
+        sync_dir(&self.dir).map_err(|e| io_msg("fsync directory", &self.dir, &e))?;
+        self.shared.fsyncs.fetch_add(2, Ordering::Relaxed);
+        self.current = Some((id, file, FILE_HEADER_LEN as u64));
+        Ok(())
+    }
+}
+
+/// fsyncs a directory so that created or removed entries in it are durable.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn io_msg(what: &str, path: &Path, e: &io::Error) -> String {
+    format!("cannot {what} {}: {e}", path.display())
+}
