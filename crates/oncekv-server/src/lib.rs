@@ -9,6 +9,7 @@
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
 
 pub mod etcd;
+pub mod fault_proxy;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -90,7 +90,10 @@ pub enum StartError {
     #[error("raft: {0}")]
     Raft(String),
     #[error("listening on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// A request a follower hands to the leader over the peer service.
@@ -128,7 +131,10 @@ pub struct NodeCore {
 
 impl std::fmt::Debug for NodeCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeCore").field("id", &self.id).field("name", &self.config.name).finish()
+        f.debug_struct("NodeCore")
+            .field("id", &self.id)
+            .field("name", &self.config.name)
+            .finish()
     }
 }
 
@@ -151,11 +157,19 @@ impl NodeCore {
         // Forward straight away when another member is known to lead; otherwise let raft
         // decide (it answers NotLeader with the leader it knows of, if any).
         let result = match self.leader() {
-            Some(leader) if leader != self.id => Err(ProposeError::NotLeader { leader: Some(leader) }),
-            _ => self.proposer.propose(command.clone(), self.config.request_timeout).await,
+            Some(leader) if leader != self.id => Err(ProposeError::NotLeader {
+                leader: Some(leader),
+            }),
+            _ => {
+                self.proposer
+                    .propose(command.clone(), self.config.request_timeout)
+                    .await
+            }
         };
         match result {
-            Err(ProposeError::NotLeader { leader: Some(leader) }) if leader != self.id => {
+            Err(ProposeError::NotLeader {
+                leader: Some(leader),
+            }) if leader != self.id => {
                 match self.forward(leader, Forwarded::Propose(command)).await? {
                     ForwardedReply::Response(r) => Ok(r),
                     other => Err(unexpected(other)),
@@ -168,7 +182,9 @@ impl NodeCore {
 
     /// Proposes only on this node (a forwarded request must not be forwarded again).
     pub async fn propose_local(&self, command: Command) -> Result<Response, ProposeError> {
-        self.proposer.propose(command, self.config.request_timeout).await
+        self.proposer
+            .propose(command, self.config.request_timeout)
+            .await
     }
 
     /// Waits until this node has applied everything committed before the call: the
@@ -177,17 +193,20 @@ impl NodeCore {
     pub async fn read_index(&self) -> Result<(), ProposeError> {
         let index = match self.local_read_index().await {
             Ok(index) => index,
-            Err(ProposeError::NotLeader { leader: Some(leader) }) if leader != self.id => {
-                match self.forward(leader, Forwarded::ReadIndex).await? {
-                    ForwardedReply::ReadIndex(i) => i,
-                    other => return Err(unexpected(other)),
-                }
-            }
+            Err(ProposeError::NotLeader {
+                leader: Some(leader),
+            }) if leader != self.id => match self.forward(leader, Forwarded::ReadIndex).await? {
+                ForwardedReply::ReadIndex(i) => i,
+                other => return Err(unexpected(other)),
+            },
             Err(ProposeError::NotLeader { leader: None }) => return Err(ProposeError::NoLeader),
             Err(e) => return Err(e),
         };
         let deadline = Instant::now() + self.config.request_timeout;
-        self.applied.wait_applied(index, deadline).await.map_err(wait_error)
+        self.applied
+            .wait_applied(index, deadline)
+            .await
+            .map_err(wait_error)
     }
 
     /// The leader's read index (errors with `NotLeader` on a follower).
@@ -198,7 +217,9 @@ impl NodeCore {
             Err(_) => Err(ProposeError::Timeout),
             Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Err(ProposeError::NotLeader { leader: f.leader_id })
+                Err(ProposeError::NotLeader {
+                    leader: f.leader_id,
+                })
             }
             Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
                 Err(ProposeError::NoLeader)
@@ -207,11 +228,25 @@ impl NodeCore {
         }
     }
 
-    async fn forward(&self, leader: NodeId, req: Forwarded) -> Result<ForwardedReply, ProposeError> {
-        let url = self.members.get(&leader).map(|m| m.peer_url.clone()).ok_or(ProposeError::NoLeader)?;
-        let payload = postcard::to_allocvec(&req).map_err(|e| ProposeError::Internal(e.to_string()))?;
-        let mut client = self.peers.raft_client(&url).map_err(ProposeError::Internal)?;
-        let mut request = tonic::Request::new(ForwardRequest { payload: payload.into() });
+    async fn forward(
+        &self,
+        leader: NodeId,
+        req: Forwarded,
+    ) -> Result<ForwardedReply, ProposeError> {
+        let url = self
+            .members
+            .get(&leader)
+            .map(|m| m.peer_url.clone())
+            .ok_or(ProposeError::NoLeader)?;
+        let payload =
+            postcard::to_allocvec(&req).map_err(|e| ProposeError::Internal(e.to_string()))?;
+        let mut client = self
+            .peers
+            .raft_client(&url)
+            .map_err(ProposeError::Internal)?;
+        let mut request = tonic::Request::new(ForwardRequest {
+            payload: payload.into(),
+        });
         request.set_timeout(self.config.request_timeout);
         let reply = client.forward(request).await.map_err(|s| match s.code() {
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ProposeError::Timeout,
@@ -276,25 +311,49 @@ impl Node {
     /// Opens the data directory, starts raft and the servers, and forms the cluster if this
     /// is the first start. Returns once the ports are listening.
     pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
+        let client_listener = TcpListener::bind(config.client_addr)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: config.client_addr,
+                source,
+            })?;
+        let peer_listener = TcpListener::bind(config.peer_addr)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: config.peer_addr,
+                source,
+            })?;
+        Node::start_with_listeners(config, client_listener, peer_listener).await
+    }
+
+    /// As [`start`](Self::start), on listeners the caller bound (tests bind port 0 first,
+    /// so no other process can take the port between choosing and binding it).
+    pub async fn start_with_listeners(
+        config: NodeConfig,
+        client_listener: TcpListener,
+        peer_listener: TcpListener,
+    ) -> Result<Node, StartError> {
         let id = member_id(&config.name);
-        let members: BTreeMap<NodeId, Member> =
-            config.initial_cluster.iter().map(|m| (member_id(&m.name), m.clone())).collect();
+        let members: BTreeMap<NodeId, Member> = config
+            .initial_cluster
+            .iter()
+            .map(|m| (member_id(&m.name), m.clone()))
+            .collect();
         if !members.contains_key(&id) {
             return Err(StartError::NotAMember(config.name.clone()));
         }
-        let cluster_id = members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| (h ^ id).wrapping_mul(0x100_0000_01b3));
+        let cluster_id = members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| {
+            (h ^ id).wrapping_mul(0x100_0000_01b3)
+        });
 
-        let client_listener = TcpListener::bind(config.client_addr)
-            .await
-            .map_err(|source| StartError::Listen { addr: config.client_addr, source })?;
-        let peer_listener = TcpListener::bind(config.peer_addr)
-            .await
-            .map_err(|source| StartError::Listen { addr: config.peer_addr, source })?;
         let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
         let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
 
-        let log = LogStore::<TypeConfig>::open(config.data_dir.join("log"), LogStoreOptions::default()).await?;
-        let sm = SmStore::open(&config.data_dir.join("state"), config.settings).map_err(StartError::StateMachine)?;
+        let log =
+            LogStore::<TypeConfig>::open(config.data_dir.join("log"), LogStoreOptions::default())
+                .await?;
+        let sm = SmStore::open(&config.data_dir.join("state"), config.settings)
+            .map_err(StartError::StateMachine)?;
         let applied = sm.applied();
 
         let raft_config = openraft::Config {
@@ -311,19 +370,30 @@ impl Node {
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
         let peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
-        let network = Network { peers: peers.clone() };
+        let network = Network {
+            peers: peers.clone(),
+        };
         let raft = Raft::new(id, Arc::new(raft_config), network, log, sm)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
 
-        if !raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))? {
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?
+        {
             // Every member calls this with the same membership; openraft makes one leader.
             if let Err(e) = raft.initialize(members.clone()).await {
                 tracing::debug!("initialize: {e}");
             }
         }
 
-        let proposer = Proposer::spawn(raft.clone(), applied.clone(), config.batch, config.clock.clone());
+        let proposer = Proposer::spawn(
+            raft.clone(),
+            applied.clone(),
+            config.batch,
+            config.clock.clone(),
+        );
         let core = Arc::new(NodeCore {
             id,
             config,
@@ -337,13 +407,27 @@ impl Node {
         });
         let (stop, stop_rx) = watch::channel(false);
         let tasks = vec![
-            tokio::spawn(crate::services::serve_clients(core.clone(), client_listener, stop_rx.clone())),
-            tokio::spawn(crate::services::serve_peers(core.clone(), peer_listener, stop_rx.clone())),
+            tokio::spawn(crate::services::serve_clients(
+                core.clone(),
+                client_listener,
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::services::serve_peers(
+                core.clone(),
+                peer_listener,
+                stop_rx.clone(),
+            )),
             tokio::spawn(ticker(core.clone(), stop_rx.clone())),
             tokio::spawn(leadership_watch(core.clone(), stop_rx)),
         ];
         tracing::info!(name = %core.config.name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
-        Ok(Node { core, client_addr, peer_addr, stop, tasks })
+        Ok(Node {
+            core,
+            client_addr,
+            peer_addr,
+            stop,
+            tasks,
+        })
     }
 
     /// Stops serving and shuts raft down (what is acknowledged is already durable).
@@ -371,7 +455,12 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         core.in_flight.expire(Instant::now());
-        let due = core.applied.read().sm.next_deadline().is_some_and(|d| d <= core.config.clock.now_ms());
+        let due = core
+            .applied
+            .read()
+            .sm
+            .next_deadline()
+            .is_some_and(|d| d <= core.config.clock.now_ms());
         if due && let Err(e) = core.propose_local(Command::Tick).await {
             tracing::debug!("tick: {e}");
         }
@@ -389,7 +478,11 @@ async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) 
         if was_leader && !is_leader {
             let err = ProposeError::NotLeader { leader };
             let n = core.in_flight.fail_all(err.clone()) + core.applied.waiters().fail_all(err);
-            tracing::info!(failed = n, ?leader, "lost leadership; failed waiting requests");
+            tracing::info!(
+                failed = n,
+                ?leader,
+                "lost leadership; failed waiting requests"
+            );
         }
         was_leader = is_leader;
         tokio::select! {

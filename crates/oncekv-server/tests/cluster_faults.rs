@@ -32,7 +32,9 @@ async fn writer(
         }
         let sent = Instant::now();
         let attempt = match client.as_mut() {
-            Some(kv) => tokio::time::timeout(Duration::from_secs(2), put(kv, &key, "v")).await.ok(),
+            Some(kv) => tokio::time::timeout(Duration::from_secs(2), put(kv, &key, "v"))
+                .await
+                .ok(),
             None => None,
         };
         if let Some(Ok(_)) = attempt {
@@ -63,7 +65,10 @@ async fn leader_stopped_under_load_writes_resume_within_two_election_timeouts() 
         .collect();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let before = acked.lock().unwrap().len();
-    assert!(before > 0, "no writes were acknowledged before the leader stopped");
+    assert!(
+        before > 0,
+        "no writes were acknowledged before the leader stopped"
+    );
 
     let t0 = Instant::now();
     cluster.stop(leader).await;
@@ -73,10 +78,18 @@ async fn leader_stopped_under_load_writes_resume_within_two_election_timeouts() 
     // Wait for a write that was sent after the stop and acknowledged (requests the old
     // leader drained while shutting down do not count).
     let resumed = loop {
-        if acked.lock().unwrap().iter().any(|(_, sent)| *sent > stopped_at) {
+        if acked
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, sent)| *sent > stopped_at)
+        {
             break stopped_at.elapsed();
         }
-        assert!(stopped_at.elapsed() < Duration::from_secs(20), "writes never resumed");
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(20),
+            "writes never resumed"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -96,9 +109,15 @@ async fn leader_stopped_under_load_writes_resume_within_two_election_timeouts() 
     let acked = acked.lock().unwrap().clone();
     for (key, _) in &acked {
         let got = get(&mut kv, key).await.unwrap();
-        assert!(got.is_some(), "acknowledged write {key} is missing after failover");
+        assert!(
+            got.is_some(),
+            "acknowledged write {key} is missing after failover"
+        );
     }
-    eprintln!("{} writes acknowledged, writes resumed {resumed:?} after the leader stopped", acked.len());
+    eprintln!(
+        "{} writes acknowledged, writes resumed {resumed:?} after the leader stopped",
+        acked.len()
+    );
 }
 
 // Durability: acknowledged writes are on disk, and the revision sequence continues.
@@ -131,13 +150,20 @@ async fn all_members_restarted_keep_every_acknowledged_write_and_revisions_conti
     let leader = cluster.wait_leader(LEADER_WAIT).await;
     let mut kv = cluster.kv(leader).await;
     for (key, value) in &written {
-        let (got, version) = get(&mut kv, key).await.unwrap().unwrap_or_else(|| panic!("{key} lost in restart"));
+        let (got, version) = get(&mut kv, key)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{key} lost in restart"));
         assert_eq!(&got, value, "{key}");
         let want_version = if value == "again" { 2 } else { 1 };
         assert_eq!(version, want_version, "{key}");
     }
     let next = put(&mut kv, "after-restart", "x").await.unwrap();
-    assert_eq!(next, last_revision + 1, "revisions must continue where they stopped");
+    assert_eq!(
+        next,
+        last_revision + 1,
+        "revisions must continue where they stopped"
+    );
 }
 
 // A member that missed entries the leader has already compacted away can only catch up
@@ -150,11 +176,15 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
     cluster.stop(follower).await;
 
     // Sessions and tracked writes, so the session table has saved responses to carry over.
-    let mut sessions = oncekv_server::pb::oncekv::session_client::SessionClient::connect(cluster.endpoint(leader))
-        .await
-        .unwrap();
+    let mut sessions =
+        oncekv_server::pb::oncekv::session_client::SessionClient::connect(cluster.endpoint(leader))
+            .await
+            .unwrap();
     for _ in 0..3 {
-        sessions.register(oncekv_server::pb::oncekv::RegisterRequest {}).await.unwrap();
+        sessions
+            .register(oncekv_server::pb::oncekv::RegisterRequest {})
+            .await
+            .unwrap();
     }
     let mut kv = cluster.kv(leader).await;
     for i in 0..300 {
@@ -162,28 +192,54 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
     }
     let metrics = cluster.node(leader).core.raft.metrics().borrow().clone();
     let snapshot_index = metrics.snapshot.map_or(0, |s| s.index);
-    assert!(snapshot_index >= 50, "leader never snapshotted (snapshot at {snapshot_index})");
+    assert!(
+        snapshot_index >= 50,
+        "leader never snapshotted (snapshot at {snapshot_index})"
+    );
     let purged = metrics.purged.map_or(0, |p| p.index);
-    assert!(purged > 0, "leader never purged its log, so a snapshot would not be needed");
+    assert!(
+        purged > 0,
+        "leader never purged its log, so a snapshot would not be needed"
+    );
 
     cluster.restart(follower).await;
     let target = cluster.node(leader).core.applied.read().sm.applied_index();
     cluster.wait_applied(target, Duration::from_secs(20)).await;
 
     let f = cluster.node(follower);
-    let installed = f.core.raft.metrics().borrow().snapshot.map_or(0, |s| s.index);
+    let installed = f
+        .core
+        .raft
+        .metrics()
+        .borrow()
+        .snapshot
+        .map_or(0, |s| s.index);
     assert!(installed > 0, "the follower caught up without a snapshot");
     // Compare at equal applied index: wait for quiet, then compare whole-state hashes.
-    cluster.wait_applied(cluster.node(leader).core.applied.read().sm.applied_index(), Duration::from_secs(10)).await;
+    let leader_applied = cluster.node(leader).core.applied.read().sm.applied_index();
+    cluster
+        .wait_applied(leader_applied, Duration::from_secs(10))
+        .await;
     let (lh, ls, li) = {
         let l = cluster.node(leader).core.applied.read();
-        (l.sm.state_hash(), l.sm.sessions().len(), l.sm.applied_index())
+        (
+            l.sm.state_hash(),
+            l.sm.sessions().len(),
+            l.sm.applied_index(),
+        )
     };
     let (fh, fs, fi) = {
         let f = f.core.applied.read();
-        (f.sm.state_hash(), f.sm.sessions().len(), f.sm.applied_index())
+        (
+            f.sm.state_hash(),
+            f.sm.sessions().len(),
+            f.sm.applied_index(),
+        )
     };
     assert_eq!(ls, 3);
     assert_eq!((fi, fs), (li, ls));
-    assert_eq!(fh, lh, "follower state differs from the leader's at index {li}");
+    assert_eq!(
+        fh, lh,
+        "follower state differs from the leader's at index {li}"
+    );
 }

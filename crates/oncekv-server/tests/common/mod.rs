@@ -2,17 +2,13 @@
 //! restarted from their data directories.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
 use oncekv_server::pb::etcdserverpb::{PutRequest, RangeRequest};
 use oncekv_server::{Member, Node, NodeConfig};
 use tonic::transport::Channel;
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
@@ -22,29 +18,35 @@ pub struct TestCluster {
 
 impl TestCluster {
     /// Starts `n` members with fast elections; `tweak` adjusts every member's config.
+    /// Every listener is bound (port 0) before any member starts, so no other process
+    /// can take a port between choosing and binding it.
     pub async fn start(n: usize, tweak: impl Fn(&mut NodeConfig)) -> TestCluster {
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
-        let members: Vec<Member> = ports
+        let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            listeners.push((bind().await.unwrap(), bind().await.unwrap()));
+        }
+        let addrs: Vec<(SocketAddr, SocketAddr)> = listeners
+            .iter()
+            .map(|(c, p)| (c.local_addr().unwrap(), p.local_addr().unwrap()))
+            .collect();
+        let members: Vec<Member> = addrs
             .iter()
             .enumerate()
             .map(|(i, (c, p))| Member {
                 name: format!("n{}", i + 1),
-                peer_url: format!("http://127.0.0.1:{p}"),
-                client_url: format!("http://127.0.0.1:{c}"),
+                peer_url: format!("http://{p}"),
+                client_url: format!("http://{c}"),
             })
             .collect();
-        let configs: Vec<NodeConfig> = ports
+        let configs: Vec<NodeConfig> = addrs
             .iter()
             .enumerate()
             .map(|(i, (c, p))| {
-                let mut cfg = NodeConfig::new(
-                    format!("n{}", i + 1),
-                    dir.path().join(format!("n{}", i + 1)),
-                    SocketAddr::from(([127, 0, 0, 1], *c)),
-                    SocketAddr::from(([127, 0, 0, 1], *p)),
-                    members.clone(),
-                );
+                let name = format!("n{}", i + 1);
+                let mut cfg =
+                    NodeConfig::new(&name, dir.path().join(&name), *c, *p, members.clone());
                 cfg.heartbeat_ms = 50;
                 cfg.election_timeout_ms = 500;
                 cfg.request_timeout = Duration::from_secs(5);
@@ -52,9 +54,15 @@ impl TestCluster {
                 cfg
             })
             .collect();
-        let mut cluster = TestCluster { dir, configs, nodes: Vec::new() };
-        for i in 0..n {
-            let node = Node::start(cluster.configs[i].clone()).await.unwrap();
+        let mut cluster = TestCluster {
+            dir,
+            configs,
+            nodes: Vec::new(),
+        };
+        for (i, (client, peer)) in listeners.into_iter().enumerate() {
+            let node = Node::start_with_listeners(cluster.configs[i].clone(), client, peer)
+                .await
+                .unwrap();
             cluster.nodes.push(Some(node));
         }
         cluster
@@ -73,7 +81,10 @@ impl TestCluster {
     }
 
     pub fn running(&self) -> impl Iterator<Item = (usize, &Node)> {
-        self.nodes.iter().enumerate().filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
     }
 
     pub async fn stop(&mut self, i: usize) {
@@ -99,7 +110,10 @@ impl TestCluster {
             {
                 return i;
             }
-            assert!(start.elapsed() < timeout, "no agreed leader within {timeout:?}: {leaders:?}");
+            assert!(
+                start.elapsed() < timeout,
+                "no agreed leader within {timeout:?}: {leaders:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -108,12 +122,17 @@ impl TestCluster {
     pub async fn wait_applied(&self, index: u64, timeout: Duration) {
         let start = Instant::now();
         loop {
-            let applied: Vec<u64> =
-                self.running().map(|(_, n)| n.core.applied.read().sm.applied_index()).collect();
+            let applied: Vec<u64> = self
+                .running()
+                .map(|(_, n)| n.core.applied.read().sm.applied_index())
+                .collect();
             if applied.iter().all(|a| *a >= index) {
                 return;
             }
-            assert!(start.elapsed() < timeout, "not applied to {index} within {timeout:?}: {applied:?}");
+            assert!(
+                start.elapsed() < timeout,
+                "not applied to {index} within {timeout:?}: {applied:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -125,14 +144,26 @@ impl TestCluster {
 
 pub async fn put(kv: &mut KvClient<Channel>, key: &str, value: &str) -> Result<i64, tonic::Status> {
     let resp = kv
-        .put(PutRequest { key: key.as_bytes().to_vec().into(), value: value.as_bytes().to_vec().into(), ..Default::default() })
+        .put(PutRequest {
+            key: key.as_bytes().to_vec().into(),
+            value: value.as_bytes().to_vec().into(),
+            ..Default::default()
+        })
         .await?;
     Ok(resp.into_inner().header.map_or(0, |h| h.revision))
 }
 
 /// A linearizable get: `(value, version)` or `None` if the key does not exist.
-pub async fn get(kv: &mut KvClient<Channel>, key: &str) -> Result<Option<(String, i64)>, tonic::Status> {
-    let resp = kv.range(RangeRequest { key: key.as_bytes().to_vec().into(), ..Default::default() }).await?;
+pub async fn get(
+    kv: &mut KvClient<Channel>,
+    key: &str,
+) -> Result<Option<(String, i64)>, tonic::Status> {
+    let resp = kv
+        .range(RangeRequest {
+            key: key.as_bytes().to_vec().into(),
+            ..Default::default()
+        })
+        .await?;
     Ok(resp
         .into_inner()
         .kvs
