@@ -15,8 +15,8 @@ use openraft::error::{
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest,
-    InstallSnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -39,7 +39,10 @@ pub struct PeerChannels {
 
 impl PeerChannels {
     pub fn new(connect_timeout: Duration) -> PeerChannels {
-        PeerChannels { channels: Arc::default(), connect_timeout }
+        PeerChannels {
+            channels: Arc::default(),
+            connect_timeout,
+        }
     }
 
     /// The channel to `url`, created on first use (connection made lazily).
@@ -76,7 +79,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &Member) -> PeerClient {
-        PeerClient { target, url: node.peer_url.clone(), peers: self.peers.clone() }
+        PeerClient {
+            target,
+            url: node.peer_url.clone(),
+            peers: self.peers.clone(),
+        }
     }
 }
 
@@ -106,10 +113,15 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let payload = postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut client =
-            self.peers.raft_client(&self.url).map_err(|e| unreachable_err(&e))?;
-        let mut request = tonic::Request::new(RaftRequest { payload: payload.into() });
+        let payload =
+            postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut client = self
+            .peers
+            .raft_client(&self.url)
+            .map_err(|e| unreachable_err(&e))?;
+        let mut request = tonic::Request::new(RaftRequest {
+            payload: payload.into(),
+        });
         request.set_timeout(timeout);
         let reply = match method {
             Method::Append => client.append_entries(request).await,
@@ -127,7 +139,9 @@ impl PeerClient {
     }
 }
 
-fn unreachable_err<E: std::error::Error>(e: &impl std::fmt::Display) -> RPCError<NodeId, Member, E> {
+fn unreachable_err<E: std::error::Error>(
+    e: &impl std::fmt::Display,
+) -> RPCError<NodeId, Member, E> {
     RPCError::Unreachable(Unreachable::new(&std::io::Error::new(
         std::io::ErrorKind::NotConnected,
         e.to_string(),

@@ -58,7 +58,9 @@ pub struct Proposer {
 
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending").field("command", &self.command).finish()
+        f.debug_struct("Pending")
+            .field("command", &self.command)
+            .finish()
     }
 }
 
@@ -72,7 +74,11 @@ pub struct BatchLimits {
 
 impl Default for BatchLimits {
     fn default() -> Self {
-        BatchLimits { max_commands: 1024, max_bytes: 4 * 1024 * 1024, max_in_flight: 8 }
+        BatchLimits {
+            max_commands: 1024,
+            max_bytes: 4 * 1024 * 1024,
+            max_in_flight: 8,
+        }
     }
 }
 
@@ -85,9 +91,16 @@ impl Proposer {
     }
 
     /// Proposes `command` and waits for its response (or `timeout`).
-    pub async fn propose(&self, command: Command, timeout: Duration) -> Result<Response, ProposeError> {
+    pub async fn propose(
+        &self,
+        command: Command,
+        timeout: Duration,
+    ) -> Result<Response, ProposeError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Pending { command, reply }).await.map_err(|_| ProposeError::Stopped)?;
+        self.tx
+            .send(Pending { command, reply })
+            .await
+            .map_err(|_| ProposeError::Stopped)?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(ProposeError::Stopped),
@@ -122,7 +135,9 @@ async fn run(
     let mut last_stamp = 0u64;
     let mut carry: Option<Pending> = None;
     loop {
-        let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
         let first = match carry.take() {
             Some(p) => p,
             None => match rx.recv().await {
@@ -151,7 +166,10 @@ async fn run(
         last_stamp = last_stamp.max(clock.now_ms()).max(applied_time);
         let (commands, replies): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|p| (p.command, p.reply)).unzip();
-        let payload = LogPayload { cluster_time: last_stamp, commands };
+        let payload = LogPayload {
+            cluster_time: last_stamp,
+            commands,
+        };
         let raft = raft.clone();
         tokio::spawn(async move {
             let result = raft.client_write(payload).await;
@@ -161,7 +179,9 @@ async fn run(
                     let mut responses = resp.data.0.into_iter();
                     for reply in replies {
                         let r = responses.next().ok_or_else(|| {
-                            ProposeError::Internal("state machine returned too few responses".into())
+                            ProposeError::Internal(
+                                "state machine returned too few responses".into(),
+                            )
                         });
                         let _ = reply.send(r);
                     }
@@ -177,11 +197,13 @@ async fn run(
     }
 }
 
-fn propose_error(e: RaftError<NodeId, ClientWriteError<NodeId, crate::types::Member>>) -> ProposeError {
+fn propose_error(
+    e: RaftError<NodeId, ClientWriteError<NodeId, crate::types::Member>>,
+) -> ProposeError {
     match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-            ProposeError::NotLeader { leader: f.leader_id }
-        }
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => ProposeError::NotLeader {
+            leader: f.leader_id,
+        },
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
             ProposeError::Internal(e.to_string())
         }

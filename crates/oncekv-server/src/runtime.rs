@@ -70,7 +70,8 @@ impl AsyncRuntime for OncekvRuntime {
     type Sleep = <TokioRuntime as AsyncRuntime>::Sleep;
     type Instant = TokioInstant;
     type TimeoutError = <TokioRuntime as AsyncRuntime>::TimeoutError;
-    type Timeout<R, T: Future<Output = R> + OptionalSend> = <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
+    type Timeout<R, T: Future<Output = R> + OptionalSend> =
+        <TokioRuntime as AsyncRuntime>::Timeout<R, T>;
     type ThreadLocalRng = RaftRng;
     type OneshotSender<T: OptionalSend> = <TokioRuntime as AsyncRuntime>::OneshotSender<T>;
     type OneshotReceiverError = <TokioRuntime as AsyncRuntime>::OneshotReceiverError;
@@ -92,11 +93,17 @@ impl AsyncRuntime for OncekvRuntime {
         TokioRuntime::sleep_until(deadline)
     }
 
-    fn timeout<R, F: Future<Output = R> + OptionalSend>(duration: Duration, future: F) -> Self::Timeout<R, F> {
+    fn timeout<R, F: Future<Output = R> + OptionalSend>(
+        duration: Duration,
+        future: F,
+    ) -> Self::Timeout<R, F> {
         TokioRuntime::timeout(duration, future)
     }
 
-    fn timeout_at<R, F: Future<Output = R> + OptionalSend>(deadline: Self::Instant, future: F) -> Self::Timeout<R, F> {
+    fn timeout_at<R, F: Future<Output = R> + OptionalSend>(
+        deadline: Self::Instant,
+        future: F,
+    ) -> Self::Timeout<R, F> {
         TokioRuntime::timeout_at(deadline, future)
     }
 
@@ -125,7 +132,11 @@ mod tests {
     // The whole point: the same seed must give the same election timeouts.
     #[test]
     fn seeded_thread_draws_the_same_sequence_every_time() {
-        let draw = || (0..8).map(|_| OncekvRuntime::thread_rng().gen_range(150..300u64)).collect::<Vec<_>>();
+        let draw = || {
+            (0..8)
+                .map(|_| OncekvRuntime::thread_rng().gen_range(150..300u64))
+                .collect::<Vec<_>>()
+        };
         seed_thread_rng(42);
         let a = draw();
         seed_thread_rng(42);

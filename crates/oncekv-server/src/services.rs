@@ -25,7 +25,9 @@ const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 /// Accepted connections with Nagle's algorithm off: tonic's own `tcp_nodelay` applies only
 /// to listeners it binds itself, and a small response held back for a delayed ACK costs
 /// tens of milliseconds per request.
-fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+fn incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
     use futures::StreamExt;
     TcpListenerStream::new(listener).map(|conn| {
         let conn = conn?;
@@ -39,14 +41,24 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 }
 
 /// Serves the etcd-compatible API and the Session service until `stop`.
-pub async fn serve_clients(core: Arc<NodeCore>, listener: TcpListener, stop: watch::Receiver<bool>) {
+pub async fn serve_clients(
+    core: Arc<NodeCore>,
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+) {
     let limit = core.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(KvServer::new(KvService { node: core.clone() }).max_decoding_message_size(limit))
-        .add_service(LeaseServer::new(LeaseService { node: core.clone() }).max_decoding_message_size(limit))
+        .add_service(
+            KvServer::new(KvService { node: core.clone() }).max_decoding_message_size(limit),
+        )
+        .add_service(
+            LeaseServer::new(LeaseService { node: core.clone() }).max_decoding_message_size(limit),
+        )
         .add_service(ClusterServer::new(ClusterService { node: core.clone() }))
-        .add_service(MaintenanceServer::new(MaintenanceService { node: core.clone() }))
+        .add_service(MaintenanceServer::new(MaintenanceService {
+            node: core.clone(),
+        }))
         .add_service(SessionServer::new(SessionService { node: core.clone() }))
         .serve_with_incoming_shutdown(incoming(listener), stopped(stop))
         .await;
@@ -77,7 +89,8 @@ struct PeerService {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
-    postcard::from_bytes(payload).map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
+    postcard::from_bytes(payload)
+        .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<RaftReply, Status> {
@@ -88,7 +101,10 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<RaftReply, Status> {
 
 #[tonic::async_trait]
 impl RaftRpc for PeerService {
-    async fn append_entries(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+    async fn append_entries(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
         let req = decode(&request.into_inner().payload)?;
         let result = self.core.raft.append_entries(req).await;
         Ok(Response::new(encode(&result)?))
@@ -100,13 +116,19 @@ impl RaftRpc for PeerService {
         Ok(Response::new(encode(&result)?))
     }
 
-    async fn install_snapshot(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
         let req = decode(&request.into_inner().payload)?;
         let result = self.core.raft.install_snapshot(req).await;
         Ok(Response::new(encode(&result)?))
     }
 
-    async fn forward(&self, request: Request<ForwardRequest>) -> Result<Response<ForwardReply>, Status> {
+    async fn forward(
+        &self,
+        request: Request<ForwardRequest>,
+    ) -> Result<Response<ForwardReply>, Status> {
         let req: Forwarded = decode(&request.into_inner().payload)?;
         let reply = self.core.serve_forwarded(req).await;
         let payload = encode(&reply)?.payload;

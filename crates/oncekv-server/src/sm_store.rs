@@ -13,9 +13,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use oncekv_core::StateMachine;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{
-    AnyError, EntryPayload, RaftSnapshotBuilder, StorageIOError, StoredMembership,
-};
+use openraft::{AnyError, EntryPayload, RaftSnapshotBuilder, StorageIOError, StoredMembership};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -50,16 +48,24 @@ pub struct AppliedInner {
 impl Applied {
     /// Read access for request handlers. Never held across an `.await`.
     pub fn read(&self) -> RwLockReadGuard<'_, AppliedInner> {
-        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, AppliedInner> {
-        self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Waits until the applied index is at least `index`, or `deadline` passes
     /// ([`WaitError::Timeout`]), or the waiters are failed (e.g. leadership lost).
-    pub async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), WaitError<ProposeError>> {
+    pub async fn wait_applied(
+        &self,
+        index: u64,
+        deadline: Instant,
+    ) -> Result<(), WaitError<ProposeError>> {
         // Register before looking, so an apply in between cannot be missed.
         let waiter = self.waiters.register(index, Some(deadline));
         if self.read().sm.applied_index() >= index {
@@ -98,7 +104,10 @@ fn sm_err(e: impl std::fmt::Display) -> StorageError {
     StorageIOError::write_state_machine(AnyError::error(e)).into()
 }
 
-fn snap_err(meta: Option<&SnapshotMeta<NodeId, Member>>, e: impl std::fmt::Display) -> StorageError {
+fn snap_err(
+    meta: Option<&SnapshotMeta<NodeId, Member>>,
+    e: impl std::fmt::Display,
+) -> StorageError {
     StorageIOError::write_snapshot(meta.map(|m| m.signature()), AnyError::error(e)).into()
 }
 
@@ -130,7 +139,10 @@ impl SmStore {
         }
         let persisted = Arc::new(std::sync::Mutex::new(inner.last_applied));
         Ok(SmStore {
-            applied: Arc::new(Applied { inner: RwLock::new(inner), waiters: WaitingList::new() }),
+            applied: Arc::new(Applied {
+                inner: RwLock::new(inner),
+                waiters: WaitingList::new(),
+            }),
             dir: dir.to_path_buf(),
             persisted,
         })
@@ -152,7 +164,10 @@ impl SmStore {
         if *persisted > meta.last_log_id {
             return Ok(0);
         }
-        let file = SnapshotFile { meta: meta.clone(), data: data.to_vec() };
+        let file = SnapshotFile {
+            meta: meta.clone(),
+            data: data.to_vec(),
+        };
         let body = postcard::to_allocvec(&file).map_err(|e| e.to_string())?;
         let mut bytes = Vec::with_capacity(body.len() + 8);
         bytes.extend_from_slice(SNAPSHOT_MAGIC);
@@ -173,7 +188,9 @@ impl SmStore {
 }
 
 fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String> {
-    let rest = bytes.strip_prefix(SNAPSHOT_MAGIC).ok_or("not an oncekv snapshot file")?;
+    let rest = bytes
+        .strip_prefix(SNAPSHOT_MAGIC)
+        .ok_or("not an oncekv snapshot file")?;
     if rest.len() < 4 {
         return Err("truncated snapshot file".into());
     }
@@ -241,7 +258,9 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let sm = StateMachine::restore(&data).map_err(|e| snap_err(Some(meta), e))?;
-        let size = self.persist(meta, &data).map_err(|e| snap_err(Some(meta), e))?;
+        let size = self
+            .persist(meta, &data)
+            .map_err(|e| snap_err(Some(meta), e))?;
         let index = {
             let mut inner = self.applied.write();
             inner.sm = sm;
@@ -278,8 +297,13 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
             };
             (data, meta)
         };
-        let size = self.persist(&meta, &data).map_err(|e| snap_err(Some(&meta), e))?;
+        let size = self
+            .persist(&meta, &data)
+            .map_err(|e| snap_err(Some(&meta), e))?;
         self.applied.write().snapshot_bytes = size;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
     }
 }

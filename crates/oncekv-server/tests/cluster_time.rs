@@ -11,7 +11,14 @@ use oncekv_server::pb::etcdserverpb::lease_client::LeaseClient;
 use oncekv_server::pb::etcdserverpb::{LeaseGrantRequest, PutRequest};
 
 fn last_log_index(cluster: &TestCluster, i: usize) -> u64 {
-    cluster.node(i).core.raft.metrics().borrow().last_log_index.unwrap_or(0)
+    cluster
+        .node(i)
+        .core
+        .raft
+        .metrics()
+        .borrow()
+        .last_log_index
+        .unwrap_or(0)
 }
 
 // Ticks exist only to expire things; a quiet cluster must not fill its log.
@@ -23,7 +30,11 @@ async fn idle_cluster_writes_nothing() {
     put(&mut kv, "k", "v").await.unwrap();
     let before = last_log_index(&cluster, leader);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(last_log_index(&cluster, leader), before, "an idle cluster appended entries");
+    assert_eq!(
+        last_log_index(&cluster, leader),
+        before,
+        "an idle cluster appended entries"
+    );
 }
 
 // Lease expiry is decided by cluster time in the log, so with no client traffic the
@@ -32,27 +43,50 @@ async fn idle_cluster_writes_nothing() {
 async fn due_lease_expires_through_a_leader_tick_without_traffic() {
     let cluster = TestCluster::start(3, |_| {}).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
-    let mut lease = LeaseClient::connect(cluster.endpoint(leader)).await.unwrap();
-    let g = lease.lease_grant(LeaseGrantRequest { ttl: 2, id: 0 }).await.unwrap().into_inner();
-    let mut kv = cluster.kv(leader).await;
-    kv.put(PutRequest { key: "leased".into(), value: "v".into(), lease: g.id, ..Default::default() })
+    let mut lease = LeaseClient::connect(cluster.endpoint(leader))
         .await
         .unwrap();
+    let g = lease
+        .lease_grant(LeaseGrantRequest { ttl: 2, id: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut kv = cluster.kv(leader).await;
+    kv.put(PutRequest {
+        key: "leased".into(),
+        value: "v".into(),
+        lease: g.id,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let granted_at = Instant::now();
     let before = last_log_index(&cluster, leader);
     // Watch the applied state directly: reads through the API would not add entries, but
     // this keeps the test free of any traffic at all.
     loop {
-        let gone = cluster.running().all(|(_, n)| n.core.applied.read().sm.kv().get(b"leased").is_none());
+        let gone = cluster
+            .running()
+            .all(|(_, n)| n.core.applied.read().sm.kv().get(b"leased").is_none());
         if gone {
             break;
         }
-        assert!(granted_at.elapsed() < Duration::from_secs(8), "the lease never expired");
+        assert!(
+            granted_at.elapsed() < Duration::from_secs(8),
+            "the lease never expired"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(granted_at.elapsed() >= Duration::from_millis(1900), "expired early: {:?}", granted_at.elapsed());
+    assert!(
+        granted_at.elapsed() >= Duration::from_millis(1900),
+        "expired early: {:?}",
+        granted_at.elapsed()
+    );
     let ticks = last_log_index(&cluster, leader) - before;
-    assert!((1..=3).contains(&ticks), "expected a tick or two to expire the lease, saw {ticks} entries");
+    assert!(
+        (1..=3).contains(&ticks),
+        "expected a tick or two to expire the lease, saw {ticks} entries"
+    );
     assert_eq!(get(&mut kv, "leased").await.unwrap(), None);
     // Nothing is due any more: the cluster goes quiet again.
     let quiet = last_log_index(&cluster, leader);

@@ -26,54 +26,110 @@ async fn etcd_client_crate_works_unchanged() {
     let r = c.get("greeting", None).await.unwrap();
     assert_eq!(r.kvs()[0].value(), b"hello");
     assert_eq!(r.kvs()[0].create_revision(), rev);
-    let r = c.get("group/", Some(GetOptions::new().with_prefix())).await.unwrap();
-    let keys: Vec<_> = r.kvs().iter().map(|kv| kv.key_str().unwrap().to_string()).collect();
+    let r = c
+        .get("group/", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let keys: Vec<_> = r
+        .kvs()
+        .iter()
+        .map(|kv| kv.key_str().unwrap().to_string())
+        .collect();
     assert_eq!(keys, ["group/a", "group/b"]);
     // Every key at or after "group/a" in byte order ("greeting" sorts before it).
-    let r = c.get("group/a", Some(GetOptions::new().with_from_key())).await.unwrap();
+    let r = c
+        .get("group/a", Some(GetOptions::new().with_from_key()))
+        .await
+        .unwrap();
     assert_eq!(r.count(), 2);
-    let r = c.get("group/", Some(GetOptions::new().with_prefix().with_count_only())).await.unwrap();
+    let r = c
+        .get(
+            "group/",
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )
+        .await
+        .unwrap();
     assert_eq!((r.count(), r.kvs().len()), (2, 0));
-    let r = c.get("group/", Some(GetOptions::new().with_prefix().with_limit(1))).await.unwrap();
+    let r = c
+        .get(
+            "group/",
+            Some(GetOptions::new().with_prefix().with_limit(1)),
+        )
+        .await
+        .unwrap();
     assert!(r.more() && r.kvs().len() == 1);
 
     // prev_kv and versions
-    let r = c.put("greeting", "hi", Some(PutOptions::new().with_prev_key())).await.unwrap();
+    let r = c
+        .put("greeting", "hi", Some(PutOptions::new().with_prev_key()))
+        .await
+        .unwrap();
     assert_eq!(r.prev_key().unwrap().value(), b"hello");
     assert_eq!(c.get("greeting", None).await.unwrap().kvs()[0].version(), 2);
 
     // delete
-    let r = c.delete("group/", Some(DeleteOptions::new().with_prefix().with_prev_key())).await.unwrap();
+    let r = c
+        .delete(
+            "group/",
+            Some(DeleteOptions::new().with_prefix().with_prev_key()),
+        )
+        .await
+        .unwrap();
     assert_eq!(r.deleted(), 2);
     assert_eq!(r.prev_kvs().len(), 2);
 
     // txn
     let txn = Txn::new()
         .when([Compare::value("greeting", CompareOp::Equal, "hi")])
-        .and_then([TxnOp::put("outcome", "yes", None), TxnOp::get("greeting", None)])
+        .and_then([
+            TxnOp::put("outcome", "yes", None),
+            TxnOp::get("greeting", None),
+        ])
         .or_else([TxnOp::put("outcome", "no", None)]);
     let r = c.txn(txn).await.unwrap();
     assert!(r.succeeded());
     assert_eq!(r.op_responses().len(), 2);
-    assert_eq!(c.get("outcome", None).await.unwrap().kvs()[0].value(), b"yes");
+    assert_eq!(
+        c.get("outcome", None).await.unwrap().kvs()[0].value(),
+        b"yes"
+    );
 
     // leases
     let g = c.lease_grant(60, None).await.unwrap();
     assert_eq!(g.ttl(), 60);
-    c.put("leased", "v", Some(PutOptions::new().with_lease(g.id()))).await.unwrap();
-    let t = c.lease_time_to_live(g.id(), Some(LeaseTimeToLiveOptions::new().with_keys())).await.unwrap();
+    c.put("leased", "v", Some(PutOptions::new().with_lease(g.id())))
+        .await
+        .unwrap();
+    let t = c
+        .lease_time_to_live(g.id(), Some(LeaseTimeToLiveOptions::new().with_keys()))
+        .await
+        .unwrap();
     assert_eq!(t.granted_ttl(), 60);
     assert!(t.ttl() > 50 && t.ttl() <= 60, "remaining ttl {}", t.ttl());
     assert_eq!(t.keys(), [b"leased".to_vec()]);
     let leases = c.leases().await.unwrap();
-    assert_eq!(leases.leases().iter().map(|l| l.id()).collect::<Vec<_>>(), [g.id()]);
+    assert_eq!(
+        leases.leases().iter().map(|l| l.id()).collect::<Vec<_>>(),
+        [g.id()]
+    );
     let (mut keeper, mut stream) = c.lease_keep_alive(g.id()).await.unwrap();
     keeper.keep_alive().await.unwrap();
     let ka = stream.message().await.unwrap().unwrap();
     assert_eq!((ka.id(), ka.ttl()), (g.id(), 60));
-    let explicit = c.lease_grant(30, Some(etcd_client::LeaseGrantOptions::new().with_id(4242))).await.unwrap();
+    let explicit = c
+        .lease_grant(
+            30,
+            Some(etcd_client::LeaseGrantOptions::new().with_id(4242)),
+        )
+        .await
+        .unwrap();
     assert_eq!(explicit.id(), 4242);
-    let again = c.lease_grant(30, Some(etcd_client::LeaseGrantOptions::new().with_id(4242))).await;
+    let again = c
+        .lease_grant(
+            30,
+            Some(etcd_client::LeaseGrantOptions::new().with_id(4242)),
+        )
+        .await;
     let status = match again {
         Err(etcd_client::Error::GRpcStatus(s)) => s,
         other => panic!("granting an existing lease id must fail: {other:?}"),

@@ -22,14 +22,23 @@ struct Session {
 async fn register(endpoint: String) -> Session {
     let mut s = SessionClient::connect(endpoint).await.unwrap();
     let r = s.register(RegisterRequest {}).await.unwrap().into_inner();
-    Session { client_id: r.client_id, secret: r.secret.as_ref().try_into().unwrap() }
+    Session {
+        client_id: r.client_id,
+        secret: r.secret.as_ref().try_into().unwrap(),
+    }
 }
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn tracked_put(s: &Session, seq: u64, first_incomplete: u64, key: &str, value: &str) -> tonic::Request<PutRequest> {
+fn tracked_put(
+    s: &Session,
+    seq: u64,
+    first_incomplete: u64,
+    key: &str,
+    value: &str,
+) -> tonic::Request<PutRequest> {
     let mut req = tonic::Request::new(PutRequest {
         key: Bytes::copy_from_slice(key.as_bytes()),
         value: Bytes::copy_from_slice(value.as_bytes()),
@@ -39,7 +48,10 @@ fn tracked_put(s: &Session, seq: u64, first_incomplete: u64, key: &str, value: &
     md.insert("oncekv-client-id", s.client_id.to_string().parse().unwrap());
     md.insert("oncekv-session-secret", hex(&s.secret).parse().unwrap());
     md.insert("oncekv-seq", seq.to_string().parse().unwrap());
-    md.insert("oncekv-first-incomplete", first_incomplete.to_string().parse().unwrap());
+    md.insert(
+        "oncekv-first-incomplete",
+        first_incomplete.to_string().parse().unwrap(),
+    );
     req
 }
 
@@ -48,7 +60,11 @@ async fn version(kv: &mut KvClient<Channel>, key: &str) -> i64 {
 }
 
 fn detail(status: &tonic::Status) -> &str {
-    status.metadata().get("oncekv-error").and_then(|v| v.to_str().ok()).unwrap_or("")
+    status
+        .metadata()
+        .get("oncekv-error")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }
 
 // The session rules must reach clients as distinct errors, and a refused request must
@@ -60,18 +76,35 @@ async fn stale_window_and_wrong_secret_get_their_errors_and_change_nothing() {
     let s = register(cluster.endpoint(leader)).await;
     let mut kv = cluster.kv(leader).await;
 
-    let first: PutResponse = kv.put(tracked_put(&s, 1, 1, "k", "one")).await.unwrap().into_inner();
+    let first: PutResponse = kv
+        .put(tracked_put(&s, 1, 1, "k", "one"))
+        .await
+        .unwrap()
+        .into_inner();
     // A retry of seq 1 returns the saved response, byte for byte, and changes nothing.
-    let again = kv.put(tracked_put(&s, 1, 1, "k", "one")).await.unwrap().into_inner();
+    let again = kv
+        .put(tracked_put(&s, 1, 1, "k", "one"))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(first, again);
     assert_eq!(version(&mut kv, "k").await, 1);
 
     // Wrong secret: PermissionDenied, and the saved response is not revealed.
-    let thief = Session { client_id: s.client_id, secret: [7; 16] };
-    let err = kv.put(tracked_put(&thief, 1, 1, "k", "stolen")).await.unwrap_err();
+    let thief = Session {
+        client_id: s.client_id,
+        secret: [7; 16],
+    };
+    let err = kv
+        .put(tracked_put(&thief, 1, 1, "k", "stolen"))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
     assert_eq!(detail(&err), "permission-denied");
-    let err = kv.put(tracked_put(&thief, 2, 1, "k", "stolen")).await.unwrap_err();
+    let err = kv
+        .put(tracked_put(&thief, 2, 1, "k", "stolen"))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
     assert_eq!(version(&mut kv, "k").await, 1);
 
@@ -89,8 +122,14 @@ async fn stale_window_and_wrong_secret_get_their_errors_and_change_nothing() {
     assert_eq!(version(&mut kv, "k").await, 2);
 
     // An unknown session: SessionExpired.
-    let ghost = Session { client_id: 999_999, secret: s.secret };
-    let err = kv.put(tracked_put(&ghost, 1, 1, "k", "ghost")).await.unwrap_err();
+    let ghost = Session {
+        client_id: 999_999,
+        secret: s.secret,
+    };
+    let err = kv
+        .put(tracked_put(&ghost, 1, 1, "k", "ghost"))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert_eq!(detail(&err), "session-expired");
     assert_eq!(version(&mut kv, "k").await, 2);
@@ -112,12 +151,23 @@ async fn malformed_session_metadata_is_invalid_argument() {
         let mut req = tracked_put(&s, 1, 1, "k", "v");
         req.metadata_mut().insert(key, bad.parse().unwrap());
         let err = kv.put(req).await.unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{key}={bad}: {err:?}");
+        assert_eq!(
+            err.code(),
+            tonic::Code::InvalidArgument,
+            "{key}={bad}: {err:?}"
+        );
     }
     let mut req = tracked_put(&s, 1, 1, "k", "v");
     req.metadata_mut().remove("oncekv-seq");
-    assert_eq!(kv.put(req).await.unwrap_err().code(), tonic::Code::InvalidArgument);
-    assert_eq!(version(&mut kv, "k").await, 0, "no malformed request may be applied");
+    assert_eq!(
+        kv.put(req).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    assert_eq!(
+        version(&mut kv, "k").await,
+        0,
+        "no malformed request may be applied"
+    );
 }
 
 // The request waiting list on the leader: a retry of a request still in flight joins it
@@ -141,7 +191,10 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let retry = tokio::spawn({
-        let s2 = Session { client_id: s.client_id, secret: s.secret };
+        let s2 = Session {
+            client_id: s.client_id,
+            secret: s.secret,
+        };
         async move { kv2.put(tracked_put(&s2, 1, 1, "k", "v")).await }
     });
     while core.in_flight.len() < 2 {
@@ -154,7 +207,11 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
     let b = retry.await.unwrap().unwrap().into_inner();
     assert_eq!(a, b);
     let stats = core.applied.read().sm.stats();
-    assert_eq!((stats.executed, stats.duplicates), (1, 0), "the retry was proposed again: {stats:?}");
+    assert_eq!(
+        (stats.executed, stats.duplicates),
+        (1, 0),
+        "the retry was proposed again: {stats:?}"
+    );
     let mut kv = cluster.kv(leader).await;
     assert_eq!(version(&mut kv, "k").await, 1);
 }

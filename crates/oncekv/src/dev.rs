@@ -57,8 +57,10 @@ fn layout(dir: &Path, nodes: usize) -> Result<Vec<(String, u16, u16)>, String> {
                 match f.as_slice() {
                     [name, c, p] => Ok((
                         name.to_string(),
-                        c.parse().map_err(|_| format!("{}: bad port {c}", file.display()))?,
-                        p.parse().map_err(|_| format!("{}: bad port {p}", file.display()))?,
+                        c.parse()
+                            .map_err(|_| format!("{}: bad port {c}", file.display()))?,
+                        p.parse()
+                            .map_err(|_| format!("{}: bad port {p}", file.display()))?,
                     )),
                     _ => Err(format!("{}: malformed line {l:?}", file.display())),
                 }
@@ -84,7 +86,10 @@ fn layout(dir: &Path, nodes: usize) -> Result<Vec<(String, u16, u16)>, String> {
         }
         out.push((format!("n{}", i + 1), client, peer));
     }
-    let text: String = out.iter().map(|(n, c, p)| format!("{n} {c} {p}\n")).collect();
+    let text: String = out
+        .iter()
+        .map(|(n, c, p)| format!("{n} {c} {p}\n"))
+        .collect();
     std::fs::write(&file, text).map_err(|e| format!("writing {}: {e}", file.display()))?;
     Ok(out)
 }
@@ -122,7 +127,11 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
             members.clone(),
         );
         args.tuning.apply(&mut config);
-        nodes.push(Node::start(config).await.map_err(|e| format!("member {name}: {e}"))?);
+        nodes.push(
+            Node::start(config)
+                .await
+                .map_err(|e| format!("member {name}: {e}"))?,
+        );
     }
     let started = Instant::now();
     while nodes.iter().all(|n| n.core.leader().is_none()) {
@@ -131,21 +140,33 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let endpoints: Vec<String> = layout.iter().map(|(_, c, _)| format!("127.0.0.1:{c}")).collect();
+    let endpoints: Vec<String> = layout
+        .iter()
+        .map(|(_, c, _)| format!("127.0.0.1:{c}"))
+        .collect();
     println!("oncekv dev: {}-member cluster ready", nodes.len());
     println!(
         "  data: {}{}",
         dir.display(),
-        if args.data_dir.is_none() { " (temporary, removed on exit)" } else { "" }
+        if args.data_dir.is_none() {
+            " (temporary, removed on exit)"
+        } else {
+            ""
+        }
     );
     for (name, c, p) in &layout {
         println!("  {name}: clients http://127.0.0.1:{c}  peers http://127.0.0.1:{p}");
     }
     println!("try:");
-    println!("  etcdctl --endpoints={} put greeting hello", endpoints.join(","));
+    println!(
+        "  etcdctl --endpoints={} put greeting hello",
+        endpoints.join(",")
+    );
     println!("  etcdctl --endpoints={} get greeting", endpoints.join(","));
     println!("ctrl-c stops the cluster");
-    tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| format!("waiting for ctrl-c: {e}"))?;
     // stdout may be closed by now (a pipe whose reader left); stopping must not fail.
     let _ = writeln!(std::io::stdout(), "oncekv dev: stopping");
     for node in nodes {

@@ -71,7 +71,8 @@ impl Tuning {
             window: self.session_window,
             ..Settings::default()
         };
-        config.request_timeout = Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
+        config.request_timeout =
+            Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
     }
 }
 
@@ -95,7 +96,11 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<Member>, String> {
                 .split_once('=')
                 .ok_or_else(|| format!("--initial-cluster entry {part:?} is not name=url"))?;
             parse_url(url)?;
-            Ok(Member { name: name.trim().to_string(), peer_url: url.trim().to_string(), client_url: String::new() })
+            Ok(Member {
+                name: name.trim().to_string(),
+                peer_url: url.trim().to_string(),
+                client_url: String::new(),
+            })
         })
         .collect()
 }
@@ -104,7 +109,10 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let client_addr = parse_url(&args.listen_client_urls)?;
     let peer_addr = parse_url(&args.listen_peer_urls)?;
     let mut members = parse_initial_cluster(&args.initial_cluster)?;
-    let advertise = args.advertise_client_urls.clone().unwrap_or_else(|| args.listen_client_urls.clone());
+    let advertise = args
+        .advertise_client_urls
+        .clone()
+        .unwrap_or_else(|| args.listen_client_urls.clone());
     for m in &mut members {
         if m.name == args.name {
             m.client_url = advertise.clone();
@@ -120,7 +128,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         node.peer_addr,
         args.data_dir.display()
     );
-    tokio::signal::ctrl_c().await.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| format!("waiting for ctrl-c: {e}"))?;
     eprintln!("oncekv: stopping");
     node.shutdown().await;
     Ok(())

@@ -40,8 +40,15 @@ impl DevCluster {
                 break;
             }
         }
-        assert!(ready && endpoints.len() == 3, "oncekv dev did not come up: {endpoints:?}");
-        DevCluster { child, endpoints, _stdout: stdout }
+        assert!(
+            ready && endpoints.len() == 3,
+            "oncekv dev did not come up: {endpoints:?}"
+        );
+        DevCluster {
+            child,
+            endpoints,
+            _stdout: stdout,
+        }
     }
 
     fn etcdctl(&self, args: &[&str]) -> String {
@@ -64,7 +71,12 @@ impl DevCluster {
             .stderr(Stdio::piped())
             .spawn()
             .expect("etcdctl is not installed: run .ci/install-deps");
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
@@ -72,7 +84,10 @@ impl DevCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
     }
 
     /// ctrl-C, as a user would stop it; returns whether it exited successfully.
@@ -84,7 +99,10 @@ impl DevCluster {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.success();
             }
-            assert!(start.elapsed() < Duration::from_secs(20), "oncekv dev ignored ctrl-c");
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "oncekv dev ignored ctrl-c"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -111,41 +129,74 @@ fn etcdctl_works_against_oncekv_dev_and_data_survives_a_restart() {
     assert_eq!(c.etcdctl(&["put", "group/a", "1"]).trim(), "OK");
     assert_eq!(c.etcdctl(&["put", "group/b", "2"]).trim(), "OK");
     assert_eq!(c.etcdctl(&["get", "greeting"]), "greeting\nhello\n");
-    assert_eq!(c.etcdctl(&["get", "group/", "--prefix"]), "group/a\n1\ngroup/b\n2\n");
-    assert_eq!(c.etcdctl(&["get", "group/b", "--from-key", "--keys-only"]).split_whitespace().collect::<Vec<_>>(), ["group/b"]);
+    assert_eq!(
+        c.etcdctl(&["get", "group/", "--prefix"]),
+        "group/a\n1\ngroup/b\n2\n"
+    );
+    assert_eq!(
+        c.etcdctl(&["get", "group/b", "--from-key", "--keys-only"])
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["group/b"]
+    );
     let got = json(&c.etcdctl(&["get", "greeting", "-w", "json"]));
     assert_eq!(got["count"], 1);
     assert_eq!(got["kvs"][0]["version"], 1);
     assert_eq!(got["kvs"][0]["value"], "aGVsbG8="); // base64("hello")
     let revision = got["header"]["revision"].as_i64().unwrap();
-    assert!(revision >= 4, "three puts on a fresh store reach revision 4, got {revision}");
+    assert!(
+        revision >= 4,
+        "three puts on a fresh store reach revision 4, got {revision}"
+    );
 
     // del
     assert_eq!(c.etcdctl(&["del", "group/", "--prefix"]).trim(), "2");
     assert_eq!(c.etcdctl(&["get", "group/", "--prefix"]), "");
 
     // txn from stdin: compare, success and failure branches
-    let out = c.etcdctl_stdin(&["txn"], "value(\"greeting\") = \"hello\"\n\nput outcome yes\n\nput outcome no\n\n");
+    let out = c.etcdctl_stdin(
+        &["txn"],
+        "value(\"greeting\") = \"hello\"\n\nput outcome yes\n\nput outcome no\n\n",
+    );
     assert!(out.starts_with("SUCCESS"), "{out}");
-    assert_eq!(c.etcdctl(&["get", "outcome", "--print-value-only"]).trim(), "yes");
-    let out = c.etcdctl_stdin(&["txn"], "value(\"greeting\") = \"bye\"\n\nput outcome yes\n\nput outcome no\n\n");
+    assert_eq!(
+        c.etcdctl(&["get", "outcome", "--print-value-only"]).trim(),
+        "yes"
+    );
+    let out = c.etcdctl_stdin(
+        &["txn"],
+        "value(\"greeting\") = \"bye\"\n\nput outcome yes\n\nput outcome no\n\n",
+    );
     assert!(out.starts_with("FAILURE"), "{out}");
-    assert_eq!(c.etcdctl(&["get", "outcome", "--print-value-only"]).trim(), "no");
+    assert_eq!(
+        c.etcdctl(&["get", "outcome", "--print-value-only"]).trim(),
+        "no"
+    );
 
     // leases
     let out = c.etcdctl(&["lease", "grant", "60"]);
     let id = out.split_whitespace().nth(1).unwrap().to_string(); // "lease <id> granted with TTL(60s)"
     assert!(out.contains("granted with TTL(60s)"), "{out}");
-    assert_eq!(c.etcdctl(&["put", "leased", "v", "--lease", &id]).trim(), "OK");
+    assert_eq!(
+        c.etcdctl(&["put", "leased", "v", "--lease", &id]).trim(),
+        "OK"
+    );
     let out = c.etcdctl(&["lease", "timetolive", &id, "--keys"]);
-    assert!(out.contains("granted with TTL(60s)") && out.contains("attached keys([leased])"), "{out}");
+    assert!(
+        out.contains("granted with TTL(60s)") && out.contains("attached keys([leased])"),
+        "{out}"
+    );
     let out = c.etcdctl(&["lease", "list"]);
     assert!(out.contains("found 1 leases") && out.contains(&id), "{out}");
     let out = c.etcdctl(&["lease", "keep-alive", "--once", &id]);
     assert!(out.contains("keepalived with TTL(60)"), "{out}");
     let out = c.etcdctl(&["lease", "revoke", &id]);
     assert!(out.contains("revoked"), "{out}");
-    assert_eq!(c.etcdctl(&["get", "leased"]), "", "revoking a lease deletes its keys");
+    assert_eq!(
+        c.etcdctl(&["get", "leased"]),
+        "",
+        "revoking a lease deletes its keys"
+    );
     let out = c.etcdctl(&["lease", "timetolive", &id]);
     assert!(out.contains("already expired"), "{out}");
 
@@ -158,17 +209,32 @@ fn etcdctl_works_against_oncekv_dev_and_data_survives_a_restart() {
     let status = json(&c.etcdctl(&["endpoint", "status", "-w", "json"]));
     let statuses = status.as_array().unwrap();
     assert_eq!(statuses.len(), 3);
-    let leaders: Vec<_> = statuses.iter().map(|s| s["Status"]["leader"].clone()).collect();
-    assert!(leaders.iter().all(|l| l == &leaders[0] && l.as_u64().unwrap_or(0) != 0), "{leaders:?}");
+    let leaders: Vec<_> = statuses
+        .iter()
+        .map(|s| s["Status"]["leader"].clone())
+        .collect();
+    assert!(
+        leaders
+            .iter()
+            .all(|l| l == &leaders[0] && l.as_u64().unwrap_or(0) != 0),
+        "{leaders:?}"
+    );
     // etcdctl 3.4 prints health results on stderr.
     let (_, out) = c.etcdctl_full(&["endpoint", "health"], "");
     assert_eq!(out.matches("is healthy").count(), 3, "{out}");
 
     // ctrl-C stops cleanly; the same --data-dir reopens the same data.
-    let before = json(&c.etcdctl(&["get", "greeting", "-w", "json"]))["header"]["revision"].as_i64().unwrap();
+    let before = json(&c.etcdctl(&["get", "greeting", "-w", "json"]))["header"]["revision"]
+        .as_i64()
+        .unwrap();
     assert!(c.interrupt(), "oncekv dev did not exit cleanly on ctrl-c");
     let c = DevCluster::start(dir.path());
-    assert_eq!(c.etcdctl(&["get", "greeting", "--print-value-only"]).trim(), "hello");
-    let after = json(&c.etcdctl(&["put", "again", "x", "-w", "json"]))["header"]["revision"].as_i64().unwrap();
+    assert_eq!(
+        c.etcdctl(&["get", "greeting", "--print-value-only"]).trim(),
+        "hello"
+    );
+    let after = json(&c.etcdctl(&["put", "again", "x", "-w", "json"]))["header"]["revision"]
+        .as_i64()
+        .unwrap();
     assert_eq!(after, before + 1, "revisions continue after a restart");
 }

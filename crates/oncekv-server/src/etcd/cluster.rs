@@ -32,12 +32,19 @@ impl Cluster for ClusterService {
                 id: member_id(&m.name),
                 name: m.name.clone(),
                 peer_ur_ls: vec![m.peer_url.clone()],
-                client_ur_ls: if m.client_url.is_empty() { Vec::new() } else { vec![m.client_url.clone()] },
+                client_ur_ls: if m.client_url.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![m.client_url.clone()]
+                },
                 is_learner: false,
             })
             .collect();
         let revision = self.node.applied.read().sm.revision();
-        Ok(Response::new(pb::MemberListResponse { header: self.node.header(revision), members }))
+        Ok(Response::new(pb::MemberListResponse {
+            header: self.node.header(revision),
+            members,
+        }))
     }
 }
 
@@ -48,11 +55,18 @@ pub struct MaintenanceService {
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
         let metrics = self.node.raft.metrics().borrow().clone();
         let (revision, applied, db_size) = {
             let inner = self.node.applied.read();
-            (inner.sm.revision(), inner.last_applied.map_or(0, |l| l.index), inner.snapshot_bytes as i64)
+            (
+                inner.sm.revision(),
+                inner.last_applied.map_or(0, |l| l.index),
+                inner.snapshot_bytes as i64,
+            )
         };
         Ok(Response::new(pb::StatusResponse {
             header: self.node.header(revision),

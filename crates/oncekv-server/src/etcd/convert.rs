@@ -13,7 +13,12 @@ pub fn range_request(r: &pb::RangeRequest) -> Result<core::RangeRequest, ApiErro
         Ok(O::None) => SortOrder::None,
         Ok(O::Ascend) => SortOrder::Ascend,
         Ok(O::Descend) => SortOrder::Descend,
-        Err(_) => return Err(ApiError::InvalidArgument(format!("unknown sort order {}", r.sort_order))),
+        Err(_) => {
+            return Err(ApiError::InvalidArgument(format!(
+                "unknown sort order {}",
+                r.sort_order
+            )));
+        }
     };
     let sort_target = match T::try_from(r.sort_target) {
         Ok(T::Key) => SortTarget::Key,
@@ -21,10 +26,18 @@ pub fn range_request(r: &pb::RangeRequest) -> Result<core::RangeRequest, ApiErro
         Ok(T::Create) => SortTarget::Create,
         Ok(T::Mod) => SortTarget::Mod,
         Ok(T::Value) => SortTarget::Value,
-        Err(_) => return Err(ApiError::InvalidArgument(format!("unknown sort target {}", r.sort_target))),
+        Err(_) => {
+            return Err(ApiError::InvalidArgument(format!(
+                "unknown sort target {}",
+                r.sort_target
+            )));
+        }
     };
     Ok(core::RangeRequest {
-        range: KeyRange { key: r.key.clone(), range_end: r.range_end.clone() },
+        range: KeyRange {
+            key: r.key.clone(),
+            range_end: r.range_end.clone(),
+        },
         limit: r.limit,
         revision: r.revision,
         sort_order,
@@ -50,14 +63,36 @@ pub fn put_request(r: pb::PutRequest) -> core::PutRequest {
 }
 
 pub fn delete_request(r: pb::DeleteRangeRequest) -> core::DeleteRangeRequest {
-    core::DeleteRangeRequest { range: KeyRange { key: r.key, range_end: r.range_end }, prev_kv: r.prev_kv }
+    core::DeleteRangeRequest {
+        range: KeyRange {
+            key: r.key,
+            range_end: r.range_end,
+        },
+        prev_kv: r.prev_kv,
+    }
 }
 
 pub fn txn_request(r: pb::TxnRequest) -> Result<core::TxnRequest, ApiError> {
-    let compare = r.compare.into_iter().map(compare).collect::<Result<_, _>>()?;
-    let success = r.success.into_iter().map(request_op).collect::<Result<_, _>>()?;
-    let failure = r.failure.into_iter().map(request_op).collect::<Result<_, _>>()?;
-    Ok(core::TxnRequest { compare, success, failure })
+    let compare = r
+        .compare
+        .into_iter()
+        .map(compare)
+        .collect::<Result<_, _>>()?;
+    let success = r
+        .success
+        .into_iter()
+        .map(request_op)
+        .collect::<Result<_, _>>()?;
+    let failure = r
+        .failure
+        .into_iter()
+        .map(request_op)
+        .collect::<Result<_, _>>()?;
+    Ok(core::TxnRequest {
+        compare,
+        success,
+        failure,
+    })
 }
 
 fn compare(c: pb::Compare) -> Result<core::Compare, ApiError> {
@@ -67,7 +102,12 @@ fn compare(c: pb::Compare) -> Result<core::Compare, ApiError> {
         Ok(R::Greater) => CompareResult::Greater,
         Ok(R::Less) => CompareResult::Less,
         Ok(R::NotEqual) => CompareResult::NotEqual,
-        Err(_) => return Err(ApiError::InvalidArgument(format!("unknown compare result {}", c.result))),
+        Err(_) => {
+            return Err(ApiError::InvalidArgument(format!(
+                "unknown compare result {}",
+                c.result
+            )));
+        }
     };
     // etcd reads the operand from the union member matching `target`; a missing one
     // compares against the zero value.
@@ -82,9 +122,21 @@ fn compare(c: pb::Compare) -> Result<core::Compare, ApiError> {
         (Ok(T::Value), _) => CompareTarget::Value(Default::default()),
         (Ok(T::Lease), Some(U::Lease(v))) => CompareTarget::Lease(v),
         (Ok(T::Lease), _) => CompareTarget::Lease(0),
-        (Err(_), _) => return Err(ApiError::InvalidArgument(format!("unknown compare target {}", c.target))),
+        (Err(_), _) => {
+            return Err(ApiError::InvalidArgument(format!(
+                "unknown compare target {}",
+                c.target
+            )));
+        }
     };
-    Ok(core::Compare { result, target, range: KeyRange { key: c.key, range_end: c.range_end } })
+    Ok(core::Compare {
+        result,
+        target,
+        range: KeyRange {
+            key: c.key,
+            range_end: c.range_end,
+        },
+    })
 }
 
 fn request_op(op: pb::RequestOp) -> Result<core::RequestOp, ApiError> {
@@ -109,16 +161,34 @@ pub fn key_value(kv: core::KeyValue) -> mvccpb::KeyValue {
     }
 }
 
-pub fn range_response(r: core::RangeResponse, header: Option<pb::ResponseHeader>) -> pb::RangeResponse {
-    pb::RangeResponse { header, kvs: r.kvs.into_iter().map(key_value).collect(), more: r.more, count: r.count }
+pub fn range_response(
+    r: core::RangeResponse,
+    header: Option<pb::ResponseHeader>,
+) -> pb::RangeResponse {
+    pb::RangeResponse {
+        header,
+        kvs: r.kvs.into_iter().map(key_value).collect(),
+        more: r.more,
+        count: r.count,
+    }
 }
 
 pub fn put_response(r: core::PutResponse, header: Option<pb::ResponseHeader>) -> pb::PutResponse {
-    pb::PutResponse { header, prev_kv: r.prev_kv.map(key_value) }
+    pb::PutResponse {
+        header,
+        prev_kv: r.prev_kv.map(key_value),
+    }
 }
 
-pub fn delete_response(r: core::DeleteRangeResponse, header: Option<pb::ResponseHeader>) -> pb::DeleteRangeResponse {
-    pb::DeleteRangeResponse { header, deleted: r.deleted, prev_kvs: r.prev_kvs.into_iter().map(key_value).collect() }
+pub fn delete_response(
+    r: core::DeleteRangeResponse,
+    header: Option<pb::ResponseHeader>,
+) -> pb::DeleteRangeResponse {
+    pb::DeleteRangeResponse {
+        header,
+        deleted: r.deleted,
+        prev_kvs: r.prev_kvs.into_iter().map(key_value).collect(),
+    }
 }
 
 /// A txn response; nested responses carry the same header, as etcd's do.
@@ -131,10 +201,16 @@ pub fn txn_response(r: core::TxnResponse, header: Option<pb::ResponseHeader>) ->
             response: Some(match op {
                 core::ResponseOp::Range(x) => R::ResponseRange(range_response(x, header)),
                 core::ResponseOp::Put(x) => R::ResponsePut(put_response(x, header)),
-                core::ResponseOp::DeleteRange(x) => R::ResponseDeleteRange(delete_response(x, header)),
+                core::ResponseOp::DeleteRange(x) => {
+                    R::ResponseDeleteRange(delete_response(x, header))
+                }
                 core::ResponseOp::Txn(x) => R::ResponseTxn(txn_response(x, header)),
             }),
         })
         .collect();
-    pb::TxnResponse { header, succeeded: r.succeeded, responses }
+    pb::TxnResponse {
+        header,
+        succeeded: r.succeeded,
+        responses,
+    }
 }

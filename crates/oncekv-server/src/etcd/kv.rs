@@ -5,9 +5,9 @@ use std::sync::Arc;
 use oncekv_core::{Op, OpResponse, validate_txn};
 use tonic::{Request, Response, Status};
 
+use super::ApiError;
 use super::convert;
 use super::session::SessionMeta;
-use super::ApiError;
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::kv_server::Kv;
@@ -23,21 +23,36 @@ fn unexpected(r: OpResponse) -> Status {
 
 #[tonic::async_trait]
 impl Kv for KvService {
-    async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
+    async fn range(
+        &self,
+        request: Request<pb::RangeRequest>,
+    ) -> Result<Response<pb::RangeResponse>, Status> {
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let req = convert::range_request(&r)?;
         let (revision, resp) = self.node.range(&req, r.serializable).await?;
-        Ok(Response::new(convert::range_response(resp, self.node.header(revision))))
+        Ok(Response::new(convert::range_response(
+            resp,
+            self.node.header(revision),
+        )))
     }
 
-    async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+    async fn put(
+        &self,
+        request: Request<pb::PutRequest>,
+    ) -> Result<Response<pb::PutResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata())?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        let reply = self.node.execute(Op::Put(convert::put_request(r)), meta).await?;
+        let reply = self
+            .node
+            .execute(Op::Put(convert::put_request(r)), meta)
+            .await?;
         match reply.result.map_err(ApiError::from)? {
-            OpResponse::Put(p) => Ok(Response::new(convert::put_response(p, self.node.header(reply.revision)))),
+            OpResponse::Put(p) => Ok(Response::new(convert::put_response(
+                p,
+                self.node.header(reply.revision),
+            ))),
             other => Err(unexpected(other)),
         }
     }
@@ -49,16 +64,23 @@ impl Kv for KvService {
         let meta = SessionMeta::from_metadata(request.metadata())?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        let reply = self.node.execute(Op::DeleteRange(convert::delete_request(r)), meta).await?;
+        let reply = self
+            .node
+            .execute(Op::DeleteRange(convert::delete_request(r)), meta)
+            .await?;
         match reply.result.map_err(ApiError::from)? {
-            OpResponse::DeleteRange(d) => {
-                Ok(Response::new(convert::delete_response(d, self.node.header(reply.revision))))
-            }
+            OpResponse::DeleteRange(d) => Ok(Response::new(convert::delete_response(
+                d,
+                self.node.header(reply.revision),
+            ))),
             other => Err(unexpected(other)),
         }
     }
 
-    async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+    async fn txn(
+        &self,
+        request: Request<pb::TxnRequest>,
+    ) -> Result<Response<pb::TxnResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata())?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
@@ -66,7 +88,10 @@ impl Kv for KvService {
         validate_txn(&txn, self.node.config.max_txn_ops).map_err(ApiError::from)?;
         let reply = self.node.execute(Op::Txn(txn), meta).await?;
         match reply.result.map_err(ApiError::from)? {
-            OpResponse::Txn(t) => Ok(Response::new(convert::txn_response(t, self.node.header(reply.revision)))),
+            OpResponse::Txn(t) => Ok(Response::new(convert::txn_response(
+                t,
+                self.node.header(reply.revision),
+            ))),
             other => Err(unexpected(other)),
         }
     }
@@ -78,6 +103,8 @@ impl Kv for KvService {
         // No MVCC history is kept, so there is nothing to compact: every older revision
         // already answers "compacted".
         let revision = self.node.applied.read().sm.revision();
-        Ok(Response::new(pb::CompactionResponse { header: self.node.header(revision) }))
+        Ok(Response::new(pb::CompactionResponse {
+            header: self.node.header(revision),
+        }))
     }
 }

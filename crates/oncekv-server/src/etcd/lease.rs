@@ -27,7 +27,16 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata())?;
         let r = request.into_inner();
-        let reply = self.node.execute(Op::LeaseGrant { id: r.id, ttl: r.ttl }, meta).await?;
+        let reply = self
+            .node
+            .execute(
+                Op::LeaseGrant {
+                    id: r.id,
+                    ttl: r.ttl,
+                },
+                meta,
+            )
+            .await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::LeaseGrant { id, ttl } => Ok(Response::new(pb::LeaseGrantResponse {
                 header: self.node.header(reply.revision),
@@ -45,9 +54,14 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata())?;
         let r = request.into_inner();
-        let reply = self.node.execute(Op::LeaseRevoke { id: r.id }, meta).await?;
+        let reply = self
+            .node
+            .execute(Op::LeaseRevoke { id: r.id }, meta)
+            .await?;
         reply.result.map_err(ApiError::from)?;
-        Ok(Response::new(pb::LeaseRevokeResponse { header: self.node.header(reply.revision) }))
+        Ok(Response::new(pb::LeaseRevokeResponse {
+            header: self.node.header(reply.revision),
+        }))
     }
 
     async fn lease_keep_alive(
@@ -67,14 +81,20 @@ impl Lease for LeaseService {
             let meta = meta.take();
             async move {
                 let req = req?;
-                let reply = node.execute(Op::LeaseKeepAlive { id: req.id }, meta).await?;
+                let reply = node
+                    .execute(Op::LeaseKeepAlive { id: req.id }, meta)
+                    .await?;
                 let ttl = match reply.result {
                     Ok(OpResponse::LeaseKeepAlive { ttl, .. }) => ttl,
                     Err(OpError::LeaseNotFound) => 0,
                     Ok(other) => return Err(ApiError::Internal(format!("{other:?}")).into()),
                     Err(e) => return Err(ApiError::from(e).into()),
                 };
-                Ok(pb::LeaseKeepAliveResponse { header: node.header(reply.revision), id: req.id, ttl })
+                Ok(pb::LeaseKeepAliveResponse {
+                    header: node.header(reply.revision),
+                    id: req.id,
+                    ttl,
+                })
             }
         });
         Ok(Response::new(Box::pin(out)))
@@ -115,7 +135,15 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
         self.node.read_index().await.map_err(ApiError::from)?;
         let inner = self.node.applied.read();
-        let leases = inner.sm.leases().iter().map(|(id, _)| pb::LeaseStatus { id: *id }).collect();
-        Ok(Response::new(pb::LeaseLeasesResponse { header: self.node.header(inner.sm.revision()), leases }))
+        let leases = inner
+            .sm
+            .leases()
+            .iter()
+            .map(|(id, _)| pb::LeaseStatus { id: *id })
+            .collect();
+        Ok(Response::new(pb::LeaseLeasesResponse {
+            header: self.node.header(inner.sm.revision()),
+            leases,
+        }))
     }
 }

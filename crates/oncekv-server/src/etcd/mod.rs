@@ -51,10 +51,16 @@ impl From<ApiError> for Status {
         let (code, detail) = match &e {
             ApiError::Op(op) => (op_code(op), Some(op_detail(op))),
             ApiError::Session(s) => match s {
-                SessionError::SessionExpired { .. } => (Code::FailedPrecondition, Some("session-expired")),
-                SessionError::PermissionDenied { .. } => (Code::PermissionDenied, Some("permission-denied")),
+                SessionError::SessionExpired { .. } => {
+                    (Code::FailedPrecondition, Some("session-expired"))
+                }
+                SessionError::PermissionDenied { .. } => {
+                    (Code::PermissionDenied, Some("permission-denied"))
+                }
                 SessionError::Stale { .. } => (Code::FailedPrecondition, Some("stale")),
-                SessionError::WindowExceeded { .. } => (Code::ResourceExhausted, Some("window-exceeded")),
+                SessionError::WindowExceeded { .. } => {
+                    (Code::ResourceExhausted, Some("window-exceeded"))
+                }
             },
             ApiError::Propose(p) => match p {
                 ProposeError::Internal(_) => (Code::Internal, None),
@@ -96,7 +102,9 @@ fn op_code(e: &OpError) -> Code {
     match e {
         OpError::LeaseNotFound => Code::NotFound,
         OpError::LeaseAlreadyExists => Code::FailedPrecondition,
-        OpError::LeaseTtlTooLarge | OpError::Compacted | OpError::FutureRevision => Code::OutOfRange,
+        OpError::LeaseTtlTooLarge | OpError::Compacted | OpError::FutureRevision => {
+            Code::OutOfRange
+        }
         OpError::KeyNotFound
         | OpError::LeaseProvided
         | OpError::ValueProvided
@@ -152,7 +160,11 @@ impl NodeCore {
     /// proposed through this node, waits for that one's response (the request waiting
     /// list). Correctness does not depend on this: a duplicate that does get proposed is
     /// answered from the session's saved response by the state machine.
-    async fn propose_tracked(&self, key: (u64, u64), command: Command) -> Result<Response, ProposeError> {
+    async fn propose_tracked(
+        &self,
+        key: (u64, u64),
+        command: Command,
+    ) -> Result<Response, ProposeError> {
         if self.in_flight.contains_key(&key) {
             let deadline = Instant::now() + self.config.request_timeout;
             return match self.in_flight.register(key, Some(deadline)).await {

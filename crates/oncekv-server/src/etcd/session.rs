@@ -37,15 +37,20 @@ impl SessionMeta {
         }
         let get = |key: &str| -> Result<&str, ApiError> {
             md.get(key)
-                .ok_or_else(|| ApiError::InvalidArgument(format!("oncekv: session metadata is missing {key}")))?
+                .ok_or_else(|| {
+                    ApiError::InvalidArgument(format!("oncekv: session metadata is missing {key}"))
+                })?
                 .to_str()
                 .map_err(|_| ApiError::InvalidArgument(format!("oncekv: {key} is not ASCII")))
         };
         let number = |key: &str| -> Result<u64, ApiError> {
-            get(key)?.parse().map_err(|_| ApiError::InvalidArgument(format!("oncekv: {key} is not a number")))
+            get(key)?
+                .parse()
+                .map_err(|_| ApiError::InvalidArgument(format!("oncekv: {key} is not a number")))
         };
-        let secret = Secret::from_hex(get(SECRET_KEY)?)
-            .ok_or_else(|| ApiError::InvalidArgument(format!("oncekv: {SECRET_KEY} must be 32 hex digits")))?;
+        let secret = Secret::from_hex(get(SECRET_KEY)?).ok_or_else(|| {
+            ApiError::InvalidArgument(format!("oncekv: {SECRET_KEY} must be 32 hex digits"))
+        })?;
         let meta = SessionMeta {
             client_id: number(CLIENT_ID_KEY)?,
             secret,
@@ -53,7 +58,9 @@ impl SessionMeta {
             first_incomplete: number(FIRST_INCOMPLETE_KEY)?,
         };
         if meta.seq == 0 || meta.first_incomplete == 0 {
-            return Err(ApiError::InvalidArgument("oncekv: seq and first-incomplete start at 1".into()));
+            return Err(ApiError::InvalidArgument(
+                "oncekv: seq and first-incomplete start at 1".into(),
+            ));
         }
         Ok(Some(meta))
     }
@@ -83,12 +90,21 @@ impl SessionService {
 
 #[tonic::async_trait]
 impl Session for SessionService {
-    async fn register(&self, _request: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
+    async fn register(
+        &self,
+        _request: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::RegisterResponse>, Status> {
         let mut secret = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut secret);
-        let command = Command::RegisterClient { secret: Secret(secret) };
+        let command = Command::RegisterClient {
+            secret: Secret(secret),
+        };
         match self.node.propose(command).await.map_err(ApiError::from)? {
-            CoreResponse::Registered { client_id, secret, settings } => {
+            CoreResponse::Registered {
+                client_id,
+                secret,
+                settings,
+            } => {
                 let revision = self.node.applied.read().sm.revision();
                 Ok(Response::new(pb::RegisterResponse {
                     header: self.node.header(revision),
@@ -108,15 +124,31 @@ impl Session for SessionService {
     ) -> Result<Response<pb::SessionKeepAliveResponse>, Status> {
         let r = request.into_inner();
         let secret = secret_from_bytes(&r.secret)?;
-        let revision = self.session_command(Command::KeepAlive { client_id: r.client_id, secret }).await?;
-        Ok(Response::new(pb::SessionKeepAliveResponse { header: self.node.header(revision) }))
+        let revision = self
+            .session_command(Command::KeepAlive {
+                client_id: r.client_id,
+                secret,
+            })
+            .await?;
+        Ok(Response::new(pb::SessionKeepAliveResponse {
+            header: self.node.header(revision),
+        }))
     }
 
-    async fn close(&self, request: Request<pb::SessionCloseRequest>) -> Result<Response<pb::SessionCloseResponse>, Status> {
+    async fn close(
+        &self,
+        request: Request<pb::SessionCloseRequest>,
+    ) -> Result<Response<pb::SessionCloseResponse>, Status> {
         let r = request.into_inner();
         let secret = secret_from_bytes(&r.secret)?;
-        let revision = self.session_command(Command::CloseSession { client_id: r.client_id, secret }).await?;
-        Ok(Response::new(pb::SessionCloseResponse { header: self.node.header(revision) }))
+        let revision = self
+            .session_command(Command::CloseSession {
+                client_id: r.client_id,
+                secret,
+            })
+            .await?;
+        Ok(Response::new(pb::SessionCloseResponse {
+            header: self.node.header(revision),
+        }))
     }
 }
-
