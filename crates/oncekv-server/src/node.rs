@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::log_store::{LogStore, LogStoreOptions};
+use crate::log_store::{LogStore, LogStoreOptions, TornTail};
 use crate::network::{Network, PeerChannels};
 use crate::pb::oncekv::ForwardRequest;
 use crate::proposer::{BatchLimits, ProposeError, Proposer};
@@ -127,6 +127,8 @@ pub struct NodeCore {
     /// Tracked requests being proposed by this node, keyed by `(client_id, seq)`: a retry
     /// that arrives meanwhile waits for the original instead of being proposed again.
     pub in_flight: WaitingList<(u64, u64), Result<Response, ProposeError>, ProposeError>,
+    /// The unacknowledged tail the log store cut off when this node started, if any.
+    pub torn_tail: Option<TornTail>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -352,6 +354,7 @@ impl Node {
         let log =
             LogStore::<TypeConfig>::open(config.data_dir.join("log"), LogStoreOptions::default())
                 .await?;
+        let torn_tail = log.torn_tail().cloned();
         let sm = SmStore::open(&config.data_dir.join("state"), config.settings)
             .map_err(StartError::StateMachine)?;
         let applied = sm.applied();
@@ -404,6 +407,7 @@ impl Node {
             cluster_id,
             members,
             in_flight: WaitingList::new(),
+            torn_tail,
         });
         let (stop, stop_rx) = watch::channel(false);
         let tasks = vec![

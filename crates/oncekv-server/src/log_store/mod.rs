@@ -79,6 +79,7 @@ pub use error::LogError;
 use format::Kind;
 use reader::ReadHandles;
 use recovery::Recovered;
+pub use recovery::TornTail;
 use state::{Slot, State};
 use writer::{Done, Op, Writer, WriterShared};
 
@@ -132,6 +133,8 @@ pub struct LogStore<C: RaftTypeConfig> {
 
 struct Inner<NID: NodeId> {
     dir: PathBuf,
+    /// What [`LogStore::open`] cut off, if anything.
+    torn_tail: Option<TornTail>,
     state: Mutex<State<NID>>,
     shared: Arc<WriterShared>,
     readers: ReadHandles,
@@ -187,6 +190,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
         let Recovered {
             mut state,
             next_batch,
+            torn_tail,
         } = tokio::task::spawn_blocking(move || {
             recovery::recover::<C>(&replay_dir, segment_bytes, cache_bytes)
         })
@@ -214,12 +218,18 @@ impl<C: RaftTypeConfig> LogStore<C> {
                 shared,
                 readers: ReadHandles::default(),
                 thread: Mutex::new(Some(handle)),
+                torn_tail,
             }),
             _types: PhantomData,
         };
         started?;
         store.flush().await?;
         Ok(store)
+    }
+
+    /// The torn tail [`open`](Self::open) found and cut off, if any.
+    pub fn torn_tail(&self) -> Option<&TornTail> {
+        self.inner.torn_tail.as_ref()
     }
 
     /// The directory holding the segments.

@@ -44,6 +44,18 @@ pub(super) struct Recovered<C: RaftTypeConfig> {
     pub(super) state: State<C::NodeId>,
     /// Number for the next group-commit batch: above every batch found on disk.
     pub(super) next_batch: u64,
+    /// The torn tail cut off the newest segment, if there was one.
+    pub(super) torn_tail: Option<TornTail>,
+}
+
+/// A torn tail that recovery cut off (unacknowledged writes of a crash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    pub path: std::path::PathBuf,
+    /// Where the segment now ends.
+    pub offset: u64,
+    pub dropped_bytes: u64,
+    pub reason: String,
 }
 
 /// Replays the log in `dir` (creating `dir` if missing). Blocking.
@@ -56,6 +68,7 @@ pub(super) fn recover<C: RaftTypeConfig>(
     let ids = list_segments(dir)?;
     let mut state = State::new(segment_limit, cache_limit);
     let mut max_batch = 0;
+    let mut torn_tail = None;
     for (i, &id) in ids.iter().enumerate() {
         let newest = i + 1 == ids.len();
         let path = dir.join(segment_file_name(id));
@@ -111,6 +124,12 @@ pub(super) fn recover<C: RaftTypeConfig>(
                         return Err(corrupt(&path, pos as u64, reason));
                     }
                     cut_torn_tail(&path, pos as u64, buf.len(), damage.reason)?;
+                    torn_tail = Some(TornTail {
+                        path: path.clone(),
+                        offset: pos as u64,
+                        dropped_bytes: (buf.len() - pos) as u64,
+                        reason: damage.reason.to_string(),
+                    });
                     break;
                 }
             }
@@ -120,6 +139,7 @@ pub(super) fn recover<C: RaftTypeConfig>(
     Ok(Recovered {
         state,
         next_batch: max_batch + 1,
+        torn_tail,
     })
 }
 

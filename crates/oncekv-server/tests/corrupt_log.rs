@@ -1,0 +1,96 @@
+//! A damaged raft log on restart: a torn last record is found and cut (the member then
+//! catches up from its peers); damage before the tail stops the member with a clear error.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{TestCluster, get, put};
+use oncekv_server::Node;
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segs.sort();
+    segs
+}
+
+fn flip_byte(path: &Path, offset: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[offset as usize] ^= 0x5a;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A 3-member cluster with 100 acknowledged writes and one follower stopped; returns the
+/// cluster, the leader and the stopped follower.
+async fn cluster_with_a_stopped_follower() -> (TestCluster, usize, usize) {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut kv = cluster.kv(leader).await;
+    for i in 0..100 {
+        put(&mut kv, &format!("k{i:03}"), "v").await.unwrap();
+    }
+    let applied = cluster.node(leader).core.applied.read().sm.applied_index();
+    cluster.wait_applied(applied, Duration::from_secs(10)).await;
+    let follower = (leader + 1) % 3;
+    cluster.stop(follower).await;
+    (cluster, leader, follower)
+}
+
+// A crash can tear the last write; restart must notice (checksum), cut it, and let raft
+// bring the member back, never serve the damaged record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_last_record_is_detected_and_cut_on_restart() {
+    let (mut cluster, leader, follower) = cluster_with_a_stopped_follower().await;
+    let log_dir = cluster.configs[follower].data_dir.join("log");
+    let newest = segments(&log_dir).pop().unwrap();
+    let len = std::fs::metadata(&newest).unwrap().len();
+    flip_byte(&newest, len - 1);
+
+    cluster.restart(follower).await;
+    let cut = cluster
+        .node(follower)
+        .core
+        .torn_tail
+        .clone()
+        .expect("the damaged tail went unnoticed");
+    assert_eq!(cut.path, newest);
+    assert!(cut.offset < len && cut.dropped_bytes > 0, "{cut:?}");
+
+    // The member catches up and agrees with the leader.
+    let target = cluster.node(leader).core.applied.read().sm.applied_index();
+    cluster.wait_applied(target, Duration::from_secs(10)).await;
+    let lh = cluster.node(leader).core.applied.read().sm.state_hash();
+    let fh = cluster.node(follower).core.applied.read().sm.state_hash();
+    assert_eq!(lh, fh);
+    let mut kv = cluster.kv(follower).await;
+    for i in 0..100 {
+        assert!(get(&mut kv, &format!("k{i:03}")).await.unwrap().is_some());
+    }
+}
+
+// Damage that a crash cannot explain (a record followed by later, intact ones) must stop
+// the member instead of silently dropping acknowledged entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corruption_before_the_tail_stops_the_member_with_a_clear_error() {
+    let (cluster, _leader, follower) = cluster_with_a_stopped_follower().await;
+    let log_dir = cluster.configs[follower].data_dir.join("log");
+    let oldest = segments(&log_dir).remove(0);
+    let len = std::fs::metadata(&oldest).unwrap().len();
+    flip_byte(&oldest, len / 2);
+
+    let err = Node::start(cluster.configs[follower].clone())
+        .await
+        .unwrap_err()
+        .to_string();
+    let name = oldest.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        err.contains(&name) && err.contains("offset"),
+        "unclear error: {err}"
+    );
+}
