@@ -123,7 +123,8 @@ async fn leader_stopped_under_load_writes_resume_within_two_election_timeouts() 
 // Durability: acknowledged writes are on disk, and the revision sequence continues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_members_restarted_keep_every_acknowledged_write_and_revisions_continue() {
-    let mut cluster = TestCluster::start(3, |_| {}).await;
+    // Snapshots every 64 entries, so restart has to combine a snapshot with the log after it.
+    let mut cluster = TestCluster::start(3, |c| c.snapshot_count = 64).await;
     let leader = cluster.wait_leader(LEADER_WAIT).await;
     let mut kv = cluster.kv(leader).await;
     let mut written = BTreeMap::new();
@@ -148,6 +149,13 @@ async fn all_members_restarted_keep_every_acknowledged_write_and_revisions_conti
         cluster.restart(i).await;
     }
     let leader = cluster.wait_leader(LEADER_WAIT).await;
+    for (_, n) in cluster.running() {
+        let snapshot = n.core.raft.metrics().borrow().snapshot;
+        assert!(
+            snapshot.is_some_and(|s| s.index >= 64),
+            "restarted without a snapshot: {snapshot:?}"
+        );
+    }
     let mut kv = cluster.kv(leader).await;
     for (key, value) in &written {
         let (got, version) = get(&mut kv, key)
