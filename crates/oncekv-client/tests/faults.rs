@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::proxy::Proxy;
+use common::Proxy;
 use common::{LEADER_WAIT, TestCluster};
 use oncekv_client::{Client, ClientConfig};
 

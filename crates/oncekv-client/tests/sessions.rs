@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::proxy::Proxy;
+use common::Proxy;
 use common::{LEADER_WAIT, TestCluster};
 use oncekv_client::{Client, ClientConfig, Error};
 

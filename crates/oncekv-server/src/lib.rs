@@ -10,6 +10,7 @@
 
 pub mod etcd;
 pub mod fault_proxy;
+pub mod local_cluster;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -1,124 +1,15 @@
-//! The store under member failures, on real sockets: leader loss under load, full restart,
-//! snapshot catch-up of a lagging follower.
+//! The store under member failures, on real sockets: full restart and snapshot catch-up
+//! of a lagging follower (leader loss under load is in `leader_failover.rs`).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{TestCluster, get, put};
-use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
-use tokio::sync::watch;
 
 const LEADER_WAIT: Duration = Duration::from_secs(10);
-
-/// Writes `w{writer}-{n}` keys in a loop, trying the next member on any error, and records
-/// each acknowledged write with the time its (last) attempt was sent.
-async fn writer(
-    id: usize,
-    endpoints: Vec<String>,
-    acked: Arc<Mutex<Vec<(String, Instant)>>>,
-    stop: watch::Receiver<bool>,
-) {
-    let mut target = id % endpoints.len();
-    let mut client = None;
-    let mut n = 0u64;
-    while !*stop.borrow() {
-        let key = format!("w{id}-{n}");
-        if client.is_none() {
-            client = KvClient::connect(endpoints[target].clone()).await.ok();
-        }
-        let sent = Instant::now();
-        let attempt = match client.as_mut() {
-            Some(kv) => tokio::time::timeout(Duration::from_secs(2), put(kv, &key, "v"))
-                .await
-                .ok(),
-            None => None,
-        };
-        if let Some(Ok(_)) = attempt {
-            acked.lock().unwrap().push((key, sent));
-            n += 1;
-        } else {
-            // Unknown outcome: retry the same key on the next member (untracked, so it may
-            // apply twice; the key is unique, so the check below still holds).
-            target = (target + 1) % endpoints.len();
-            client = None;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-// Raft's promise to clients: losing the leader costs an election, not acknowledged data.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_stopped_under_load_writes_resume_within_two_election_timeouts() {
-    let mut cluster = TestCluster::start(3, |_| {}).await;
-    let leader = cluster.wait_leader(LEADER_WAIT).await;
-    let election_timeout_max = Duration::from_millis(cluster.configs[0].election_timeout_ms * 2);
-
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let endpoints = cluster.endpoints();
-    let writers: Vec<_> = (0..8)
-        .map(|i| tokio::spawn(writer(i, endpoints.clone(), acked.clone(), stop_rx.clone())))
-        .collect();
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let before = acked.lock().unwrap().len();
-    assert!(
-        before > 0,
-        "no writes were acknowledged before the leader stopped"
-    );
-
-    let t0 = Instant::now();
-    cluster.stop(leader).await;
-    eprintln!("stopping the leader took {:?}", t0.elapsed());
-    // Counted from when the old leader is gone, so its own last acks do not count.
-    let stopped_at = Instant::now();
-    // Wait for a write that was sent after the stop and acknowledged (requests the old
-    // leader drained while shutting down do not count).
-    let resumed = loop {
-        if acked
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(_, sent)| *sent > stopped_at)
-        {
-            break stopped_at.elapsed();
-        }
-        assert!(
-            stopped_at.elapsed() < Duration::from_secs(20),
-            "writes never resumed"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop_tx.send(true).unwrap();
-    for w in writers {
-        w.await.unwrap();
-    }
-    assert!(
-        resumed <= 2 * election_timeout_max,
-        "writes resumed after {resumed:?}, more than two election timeouts ({:?})",
-        2 * election_timeout_max
-    );
-
-    let new_leader = cluster.wait_leader(LEADER_WAIT).await;
-    assert_ne!(new_leader, leader);
-    let mut kv = cluster.kv(new_leader).await;
-    let acked = acked.lock().unwrap().clone();
-    for (key, _) in &acked {
-        let got = get(&mut kv, key).await.unwrap();
-        assert!(
-            got.is_some(),
-            "acknowledged write {key} is missing after failover"
-        );
-    }
-    eprintln!(
-        "{} writes acknowledged, writes resumed {resumed:?} after the leader stopped",
-        acked.len()
-    );
-}
 
 // Durability: acknowledged writes are on disk, and the revision sequence continues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,27 +2,34 @@
 //! TCP proxy that can swallow replies, for the client's integration tests.
 #![allow(dead_code, clippy::unwrap_used)]
 
-pub mod proxy;
-
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use oncekv_server::{Member, Node, NodeConfig};
+use oncekv_server::fault_proxy::FaultProxy;
+use oncekv_server::local_cluster::LocalCluster;
+use oncekv_server::{Node, NodeConfig};
 
 pub const LEADER_WAIT: Duration = Duration::from_secs(10);
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
+/// A [`LocalCluster`] in a temporary directory with test-friendly timings, whose waits
+/// fail the test instead of returning.
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
-    pub configs: Vec<NodeConfig>,
-    pub nodes: Vec<Option<Node>>,
+    pub inner: LocalCluster,
+}
+
+impl Deref for TestCluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.inner
+    }
+}
+
+impl DerefMut for TestCluster {
+    fn deref_mut(&mut self) -> &mut LocalCluster {
+        &mut self.inner
+    }
 }
 
 impl TestCluster {
@@ -30,94 +37,27 @@ impl TestCluster {
     /// member's config (e.g. the replicated session TTL).
     pub async fn start(n: usize, tweak: impl Fn(&mut NodeConfig)) -> TestCluster {
         let dir = tempfile::tempdir().unwrap();
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
-        let members: Vec<Member> = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (c, p))| Member {
-                name: format!("n{}", i + 1),
-                peer_url: format!("http://127.0.0.1:{p}"),
-                client_url: format!("http://127.0.0.1:{c}"),
-            })
-            .collect();
-        let configs: Vec<NodeConfig> = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (c, p))| {
-                let mut cfg = NodeConfig::new(
-                    format!("n{}", i + 1),
-                    dir.path().join(format!("n{}", i + 1)),
-                    SocketAddr::from(([127, 0, 0, 1], *c)),
-                    SocketAddr::from(([127, 0, 0, 1], *p)),
-                    members.clone(),
-                );
-                cfg.heartbeat_ms = 50;
-                cfg.election_timeout_ms = 500;
-                cfg.request_timeout = Duration::from_secs(5);
-                tweak(&mut cfg);
-                cfg
-            })
-            .collect();
-        let mut cluster = TestCluster {
-            dir,
-            configs,
-            nodes: Vec::new(),
-        };
-        for i in 0..n {
-            let node = Node::start(cluster.configs[i].clone()).await.unwrap();
-            cluster.nodes.push(Some(node));
-        }
-        cluster
-    }
-
-    pub fn endpoint(&self, i: usize) -> String {
-        format!("http://{}", self.configs[i].client_addr)
-    }
-
-    pub fn endpoints(&self) -> Vec<String> {
-        (0..self.configs.len()).map(|i| self.endpoint(i)).collect()
+        let inner = LocalCluster::start(n, dir.path(), |c| {
+            LocalCluster::fast_timings(c);
+            tweak(c)
+        })
+        .await
+        .unwrap();
+        TestCluster { dir, inner }
     }
 
     pub fn node(&self, i: usize) -> &Node {
-        self.nodes[i].as_ref().expect("member is running")
-    }
-
-    pub fn running(&self) -> impl Iterator<Item = (usize, &Node)> {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
-    }
-
-    pub async fn stop(&mut self, i: usize) {
-        if let Some(node) = self.nodes[i].take() {
-            node.shutdown().await;
-        }
+        self.inner.get(i).expect("member is running")
     }
 
     pub async fn restart(&mut self, i: usize) {
-        assert!(self.nodes[i].is_none(), "member {i} is still running");
-        let node = Node::start(self.configs[i].clone()).await.unwrap();
-        self.nodes[i] = Some(node);
+        assert!(self.inner.get(i).is_none(), "member {i} is still running");
+        self.inner.restart(i).await.unwrap();
     }
 
     /// Waits for a leader that every running member agrees on.
     pub async fn wait_leader(&self, timeout: Duration) -> usize {
-        let start = Instant::now();
-        loop {
-            let leaders: Vec<Option<u64>> = self.running().map(|(_, n)| n.core.leader()).collect();
-            if let Some(Some(leader)) = leaders.first()
-                && leaders.iter().all(|l| l == &Some(*leader))
-                && let Some((i, _)) = self.running().find(|(_, n)| n.core.id == *leader)
-            {
-                return i;
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "no agreed leader within {timeout:?}: {leaders:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.inner.wait_leader(timeout).await.expect("no agreed leader in time")
     }
 
     /// How many sessions member `i` holds.
@@ -150,4 +90,28 @@ impl TestCluster {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// The project's fault proxy in front of one member, as the tests use it: requests pass,
+/// replies can be swallowed (the request still runs on the server).
+pub struct Proxy(pub FaultProxy);
+
+impl Proxy {
+    pub async fn start(target: SocketAddr) -> Proxy {
+        Proxy(FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), target).await.unwrap())
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.0.addr())
+    }
+
+    /// While on, every reply is dropped (and its connection reset).
+    pub fn swallow_replies(&self, on: bool) {
+        self.0.set_drop_replies(if on { 1.0 } else { 0.0 });
+    }
+}
+
+/// A loopback port nobody listens on (bound and released; good enough for "dead").
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
