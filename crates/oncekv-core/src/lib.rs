@@ -60,6 +60,6 @@ pub use command::{
 };
 pub use session::{Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;
-pub use state_machine::{Expired, StateMachine, Stats};
+pub use state_machine::{Expired, SimProbe, StateMachine, Stats};
 pub use tracker::RequestTracker;
 pub use txn::validate_txn;

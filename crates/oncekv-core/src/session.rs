@@ -249,9 +249,14 @@ impl SessionTable {
         };
         session.last_active = session.last_active.max(now);
         match session.saved.last() {
-            Some((last, _)) if *last > seq => {
+            Some((last, _)) if *last >= seq => {
                 let at = session.saved.partition_point(|(s, _)| *s < seq);
-                session.saved.insert(at, (seq, reply));
+                match session.saved.get_mut(at) {
+                    // Only reachable when a caller broke the contract above (the
+                    // simulation's `--break dedup`): keep the saved seqs unique.
+                    Some((s, saved)) if *s == seq => *saved = reply,
+                    _ => session.saved.insert(at, (seq, reply)),
+                }
             }
             _ => session.saved.push((seq, reply)),
         }

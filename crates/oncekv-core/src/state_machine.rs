@@ -48,6 +48,20 @@ pub struct StateMachine {
     pub(crate) cluster_time: u64,
     pub(crate) stats: Stats,
     pub(crate) expiry_log: Option<Vec<Expired>>,
+    pub(crate) probe: SimProbe,
+}
+
+/// Instrumentation for the deterministic simulation (`oncekv-sim`); all off by default
+/// and never turned on by the server. Not part of the replicated state.
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub struct SimProbe {
+    /// Deliberately breaks rule 5 (a duplicate is executed again), to prove that the
+    /// simulation's checkers catch a broken exactly-once mechanism.
+    pub break_dedup: bool,
+    /// When `Some`, every tracked command that is executed (rule 7) is recorded as
+    /// `(index, client_id, seq)`.
+    pub executed: Option<Vec<(u64, u64, u64)>>,
 }
 
 impl StateMachine {
@@ -157,13 +171,16 @@ impl StateMachine {
                 self.stats.rejected += 1;
                 return Err(e);
             }
-            Verdict::Duplicate(saved) => {
+            Verdict::Duplicate(saved) if !self.probe.break_dedup => {
                 self.stats.duplicates += 1;
                 return Ok(saved.clone());
             }
-            Verdict::Execute => {}
+            Verdict::Duplicate(_) | Verdict::Execute => {}
         }
         self.stats.executed += 1;
+        if let Some(log) = &mut self.probe.executed {
+            log.push((index, t.client_id, t.seq));
+        }
         let reply = self.execute(index, &t.op);
         self.sessions
             .save(t.client_id, t.seq, reply.clone(), self.cluster_time);
@@ -280,47 +297,54 @@ impl StateMachine {
     fn txn(&mut self, t: &TxnRequest) -> Result<TxnResponse, OpError> {
         // The op-count limit is the server's flag; here only the shape matters.
         validate_txn(t, usize::MAX)?;
-        self.check_txn(t)?;
+        let mut path = Vec::new();
+        self.check_txn(t, &mut path)?;
         let mut w = self.kv.begin();
-        let resp = self.run_txn(&mut w, t);
+        let resp = self.run_txn(&mut w, t, &mut path.into_iter());
         self.kv.commit(w);
         Ok(resp)
     }
 
-    /// Checks the branch that will run, before anything changes, as etcd does: a txn is
-    /// refused whole or applied whole.
-    fn check_txn(&self, t: &TxnRequest) -> Result<(), OpError> {
-        let branch = if compares_hold(&self.kv, t) {
-            &t.success
-        } else {
-            &t.failure
-        };
+    /// Decides every branch, nested txns included, against the state before the txn (etcd's
+    /// `compareToPath`), appending the decisions to `path` in the order
+    /// [`run_txn`](Self::run_txn) meets them, and checks the ops on that path before
+    /// anything changes, as etcd does: a txn is refused whole or applied whole.
+    fn check_txn(&self, t: &TxnRequest, path: &mut Vec<bool>) -> Result<(), OpError> {
+        let succeeded = compares_hold(&self.kv, t);
+        path.push(succeeded);
+        let branch = if succeeded { &t.success } else { &t.failure };
         for op in branch {
             match op {
                 RequestOp::Range(r) => self.kv.check_revision(r.revision)?,
                 RequestOp::Put(p) => self.check_put(p)?,
                 RequestOp::DeleteRange(d) => self.check_delete(d)?,
-                RequestOp::Txn(inner) => self.check_txn(inner)?,
+                RequestOp::Txn(inner) => self.check_txn(inner, path)?,
             }
         }
         Ok(())
     }
 
-    fn run_txn(&mut self, w: &mut Write, t: &TxnRequest) -> TxnResponse {
-        let succeeded = compares_hold(&self.kv, t);
+    /// Runs the branches [`check_txn`](Self::check_txn) decided (`path`).
+    fn run_txn(
+        &mut self,
+        w: &mut Write,
+        t: &TxnRequest,
+        path: &mut impl Iterator<Item = bool>,
+    ) -> TxnResponse {
+        let succeeded = path.next().unwrap_or(false);
         let branch = if succeeded { &t.success } else { &t.failure };
         let mut responses = Vec::with_capacity(branch.len());
         for op in branch {
             responses.push(match op {
                 RequestOp::Range(r) => ResponseOp::Range(self.kv.range(r).unwrap_or_default()),
-                // A nested txn's branch can differ from the one checked up front (earlier
-                // ops moved its compares); a put that is no longer valid is skipped.
+                // Checked up front; still valid, since validate_txn forbids a put of a key
+                // that the same path writes or deletes elsewhere.
                 RequestOp::Put(p) => ResponseOp::Put(match self.check_put(p) {
                     Ok(()) => self.put(w, p),
                     Err(_) => PutResponse::default(),
                 }),
                 RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete(w, d)),
-                RequestOp::Txn(inner) => ResponseOp::Txn(self.run_txn(w, inner)),
+                RequestOp::Txn(inner) => ResponseOp::Txn(self.run_txn(w, inner, path)),
             });
         }
         TxnResponse {
@@ -376,6 +400,12 @@ impl StateMachine {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// The simulation's instrumentation (see [`SimProbe`]).
+    #[doc(hidden)]
+    pub fn sim_probe(&mut self) -> &mut SimProbe {
+        &mut self.probe
     }
 
     pub fn kv(&self) -> &KvStore {

@@ -47,9 +47,10 @@ pub fn compares_hold(kv: &KvStore, txn: &TxnRequest) -> bool {
 }
 
 /// The request-shape checks etcd makes before proposing a txn: at most `max_ops` compares
-/// and ops per branch, and no key written twice in one branch (a put twice, or a put inside
-/// a deleted range), nested txns included. The server calls this before proposing; the
-/// state machine calls it again so a txn from the log can never half-apply.
+/// and ops per branch, no op without a key, and no key written twice in one branch (a put
+/// twice, or a put inside a deleted range), nested txns included. The server calls this
+/// before proposing; the state machine calls it again so a txn from the log can never
+/// half-apply.
 pub fn validate_txn(txn: &TxnRequest, max_ops: usize) -> Result<(), OpError> {
     check_op_count(txn, max_ops)?;
     for branch in [&txn.success, &txn.failure] {
@@ -86,7 +87,11 @@ fn collect_writes(
 ) -> Result<(), OpError> {
     for op in ops {
         match op {
-            RequestOp::Range(_) => {}
+            RequestOp::Range(r) => {
+                if r.range.key.is_empty() {
+                    return Err(OpError::EmptyKey);
+                }
+            }
             RequestOp::Put(p) => {
                 if p.key.is_empty() {
                     return Err(OpError::EmptyKey);

@@ -405,7 +405,10 @@ where
             let mut inner = lock(&self.inner);
             inner.by_key.clear();
             inner.deadlines.clear();
-            inner.slots.drain().map(|(_, slot)| slot.tx).collect()
+            // In registration order, so that who wakes first never depends on hashing.
+            let mut slots: Vec<_> = inner.slots.drain().collect();
+            slots.sort_unstable_by_key(|(id, _)| *id);
+            slots.into_iter().map(|(_, slot)| slot.tx).collect()
         };
         deliver(senders, Err(WaitError::Failed(err)))
     }
