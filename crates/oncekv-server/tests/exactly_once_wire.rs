@@ -215,3 +215,74 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
     let mut kv = cluster.kv(leader).await;
     assert_eq!(version(&mut kv, "k").await, 1);
 }
+
+// The session table lives in snapshots: after compaction has removed the log entry that
+// executed a request and every member has restarted, a retry still gets the saved
+// response instead of running again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_survives_snapshot_compaction_and_a_restart_of_every_member() {
+    let mut cluster = TestCluster::start(3, |c| c.snapshot_count = 20).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let s = register(cluster.endpoint(leader)).await;
+    let mut kv = cluster.kv(leader).await;
+    kv.put(PutRequest {
+        key: "k".into(),
+        value: "before".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let first = kv
+        .put(tracked_put_with_prev(&s))
+        .await
+        .unwrap()
+        .into_inner();
+    for i in 0..100 {
+        common::put(&mut kv, &format!("filler{i}"), "x")
+            .await
+            .unwrap();
+    }
+    drop(kv);
+    let purged = cluster
+        .node(leader)
+        .core
+        .raft
+        .metrics()
+        .borrow()
+        .purged
+        .map_or(0, |p| p.index);
+    assert!(
+        purged > 5,
+        "the log was never compacted past the request (purged to {purged})"
+    );
+    for i in 0..3 {
+        cluster.stop(i).await;
+    }
+    for i in 0..3 {
+        cluster.restart(i).await;
+    }
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut kv = cluster.kv(leader).await;
+    let again = loop {
+        match kv.put(tracked_put_with_prev(&s)).await {
+            Err(e) if e.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            other => break other.unwrap().into_inner(),
+        }
+    };
+    let header = |r: &PutResponse| r.header.map(|h| h.revision);
+    assert_eq!(
+        header(&again),
+        header(&first),
+        "the retry ran again after the restart"
+    );
+    assert_eq!(again.prev_kv, first.prev_kv);
+    assert_eq!(version(&mut kv, "k").await, 2);
+}
+
+fn tracked_put_with_prev(s: &Session) -> tonic::Request<PutRequest> {
+    let mut req = tracked_put(s, 1, 1, "k", "once");
+    req.get_mut().prev_kv = true;
+    req
+}
