@@ -71,11 +71,21 @@ impl Client {
         endpoints: impl IntoIterator<Item = S>,
         config: ClientConfig,
     ) -> Result<Client, Error> {
+        Client::connect_with(endpoints, config, None)
+    }
+
+    /// As [`connect`](Self::connect), dialing through `connector` (a simulated network)
+    /// instead of tokio's TCP when one is given.
+    pub fn connect_with<S: AsRef<str>>(
+        endpoints: impl IntoIterator<Item = S>,
+        config: ClientConfig,
+        connector: Option<oncekv_server::transport::Connector>,
+    ) -> Result<Client, Error> {
         let urls: Vec<String> = endpoints
             .into_iter()
             .map(|s| s.as_ref().to_string())
             .collect();
-        let transport = Arc::new(Transport::new(&urls, &config)?);
+        let transport = Arc::new(Transport::new(&urls, &config, connector)?);
         Ok(Client {
             inner: Arc::new(Inner {
                 config,

@@ -7,11 +7,16 @@ use tonic::Request;
 
 use crate::client::{Client, Kind};
 use crate::error::{Error, Failure, classify};
-use crate::responses::{Member, Status};
+use crate::responses::{Member, MemberListResponse, Status};
 
 impl Client {
     /// Every member of the cluster.
     pub async fn member_list(&self) -> Result<Vec<Member>, Error> {
+        Ok(self.member_list_response().await?.members)
+    }
+
+    /// Every member of the cluster, with the header of the member that answered.
+    pub async fn member_list_response(&self) -> Result<MemberListResponse, Error> {
         self.call(
             Kind::Read,
             "member list",
@@ -19,7 +24,7 @@ impl Client {
             |ch, r| async move { Ok(ClusterClient::new(ch).member_list(r).await?.into_inner()) },
         )
         .await
-        .map(|r| r.members.into_iter().map(Member::from).collect())
+        .map(MemberListResponse::from)
     }
 
     /// The status of the member at `endpoint` (one of the client's endpoints or any

@@ -90,6 +90,6 @@ pub use options::{
 };
 pub use responses::{
     DeleteResponse, Header, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevokeResponse,
-    LeaseTimeToLiveResponse, Member, PutResponse, RangeResponse, Status, TxnOpResponse,
-    TxnResponse,
+    LeaseTimeToLiveResponse, Member, MemberListResponse, PutResponse, RangeResponse, Status,
+    TxnOpResponse, TxnResponse,
 };

@@ -198,6 +198,22 @@ pub struct Member {
     pub is_learner: bool,
 }
 
+/// Every member, and which member answered (etcd's `MemberListResponse`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberListResponse {
+    pub header: Header,
+    pub members: Vec<Member>,
+}
+
+impl From<pb::MemberListResponse> for MemberListResponse {
+    fn from(r: pb::MemberListResponse) -> MemberListResponse {
+        MemberListResponse {
+            header: r.header.into(),
+            members: r.members.into_iter().map(Member::from).collect(),
+        }
+    }
+}
+
 impl From<pb::Member> for Member {
     fn from(m: pb::Member) -> Member {
         Member {
@@ -223,6 +239,8 @@ pub struct Status {
     pub raft_term: u64,
     pub raft_applied_index: u64,
     pub db_size: i64,
+    /// The part of `db_size` in use (etcd reports it beside `db_size`).
+    pub db_size_in_use: i64,
     pub is_learner: bool,
     pub errors: Vec<String>,
 }
@@ -244,6 +262,7 @@ impl From<pb::StatusResponse> for Status {
             raft_term: s.raft_term,
             raft_applied_index: s.raft_applied_index,
             db_size: s.db_size,
+            db_size_in_use: s.db_size_in_use,
             is_learner: s.is_learner,
             errors: s.errors,
         }

@@ -1,15 +1,26 @@
-//! The `oncekv` command: run a member, or a local development cluster.
+//! The `oncekv` command: run a member or a local development cluster, measure a cluster,
+//! and talk to one as etcdctl does (every write exactly once, through a session).
 
+mod bench;
+mod cli;
+mod demo;
 mod dev;
 mod serve;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 /// oncekv: an etcd-compatible replicated key-value and lease service in which every
 /// command sent through an oncekv session takes effect exactly once.
+///
+/// The client commands (put, get, del, txn, lease, member, endpoint) take etcdctl 3.4's
+/// arguments and print what it prints.
 #[derive(Debug, Parser)]
 #[command(name = "oncekv", version)]
 struct Cli {
+    #[command(flatten)]
+    client: cli::GlobalArgs,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -20,35 +31,99 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Run a local cluster in this process (3 members by default) for development.
     Dev(dev::DevArgs),
+    /// Measure throughput and latency of an etcd-compatible cluster (oncekv or etcd).
+    Bench(bench::BenchArgs),
+    /// Show exactly-once under lost replies and leader kills, and check it (exits 0 only
+    /// if it held), with an etcd-style client for contrast.
+    Demo(demo::DemoArgs),
+    #[command(flatten)]
+    Client(cli::Command),
 }
 
-fn main() -> std::process::ExitCode {
+impl Cmd {
+    /// The log filter used when `ONCEKV_LOG` is not set. The client commands print only
+    /// their output (and errors), as etcdctl does.
+    fn default_log_filter(&self) -> &'static str {
+        match self {
+            Cmd::Client(_) => "error",
+            // The demo's own report is the output; raft's complaints about the members it
+            // kills on purpose would drown it.
+            Cmd::Demo(_) => "error,openraft=off",
+            _ => "warn,oncekv=info,oncekv_server=info",
+        }
+    }
+}
+
+/// How `serve`, `dev` and `bench` report a failure.
+fn server_exit(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("oncekv: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_filter = cli.command.default_log_filter();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ONCEKV_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,oncekv=info,oncekv_server=info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("oncekv: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
+    runtime.block_on(async {
         match cli.command {
-            Cmd::Serve(args) => serve::run(args).await,
-            Cmd::Dev(args) => dev::run(args).await,
+            Cmd::Serve(args) => server_exit(serve::run(args).await),
+            Cmd::Dev(args) => server_exit(dev::run(args).await),
+            Cmd::Bench(args) => server_exit(bench::run(args).await),
+            Cmd::Demo(args) => server_exit(demo::run(args).await),
+            Cmd::Client(command) => cli::run(cli.client, command).await,
         }
-    });
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("oncekv: {e}");
-            std::process::ExitCode::FAILURE
-        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // clap checks a command's definition only when it parses: this catches a clash
+    // between the client options and a subcommand's own flags (bench has --endpoints and
+    // -w too) in every subcommand, before a user meets it.
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    // The options may come before or after the command, as with etcdctl; after wins.
+    #[test]
+    fn client_options_parse_before_and_after_the_command() {
+        let cli =
+            Cli::try_parse_from(["oncekv", "--endpoints", "a:1,b:2", "get", "k", "-w", "json"]);
+        assert!(matches!(
+            cli,
+            Ok(Cli {
+                command: Cmd::Client(cli::Command::Get(_)),
+                ..
+            })
+        ));
+        let cli = Cli::try_parse_from(["oncekv", "lease", "grant", "60", "--endpoints", "a:1"]);
+        assert!(cli.is_ok(), "{cli:?}");
+        let cli = Cli::try_parse_from(["oncekv", "bench", "put", "--endpoints", "a:1"]);
+        assert!(cli.is_ok(), "bench keeps its own options: {cli:?}");
     }
 }
