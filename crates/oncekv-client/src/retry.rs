@@ -1,9 +1,11 @@
 //! The retry budget of one call: attempts, total time, and capped exponential backoff with
 //! jitter.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
+// tokio's clock: std's in production, simulated time in a deterministic simulation.
+use tokio::time::Instant;
 
 use crate::config::ClientConfig;
 
@@ -70,7 +72,8 @@ fn backoff(base: Duration, cap: Duration, retry: u32) -> Duration {
 fn jittered(d: Duration) -> Duration {
     let half = d / 2;
     let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-    half + Duration::from_nanos(rand::thread_rng().gen_range(0..=nanos))
+    // The thread's RNG, or the simulation's seeded one (see `oncekv_server::runtime`).
+    half + Duration::from_nanos(oncekv_server::runtime::RaftRng.gen_range(0..=nanos))
 }
 
 #[cfg(test)]

@@ -8,11 +8,13 @@
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oncekv_server::pb::etcdserverpb::StatusRequest;
 use oncekv_server::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+use oncekv_server::transport::Connector;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::config::ClientConfig;
@@ -40,6 +42,8 @@ pub(crate) struct Transport {
     discovered: AtomicBool,
     /// When leader discovery last ran (`None`: never).
     last_discovery: tokio::sync::Mutex<Option<Instant>>,
+    /// How channels connect: tokio TCP when `None` (a simulation passes its network's).
+    connector: Option<Connector>,
 }
 
 /// `127.0.0.1:2379` → `http://127.0.0.1:2379`; URLs with a scheme are kept.
@@ -75,6 +79,7 @@ impl Transport {
     pub(crate) fn new<S: AsRef<str>>(
         urls: &[S],
         config: &ClientConfig,
+        connector: Option<Connector>,
     ) -> Result<Transport, Error> {
         if urls.is_empty() {
             return Err(Error::NoEndpoints);
@@ -95,6 +100,7 @@ impl Transport {
             request_timeout: config.request_timeout,
             discovered: AtomicBool::new(false),
             last_discovery: tokio::sync::Mutex::new(None),
+            connector,
         })
     }
 
@@ -116,7 +122,10 @@ impl Transport {
         let target = &self.targets[i];
         target
             .channel
-            .get_or_init(|| target.endpoint.connect_lazy())
+            .get_or_init(|| match &self.connector {
+                Some(c) => c.channel(&target.endpoint),
+                None => target.endpoint.connect_lazy(),
+            })
             .clone()
     }
 
@@ -201,7 +210,7 @@ mod tests {
             Err(Error::InvalidEndpoint { .. })
         ));
         assert!(matches!(
-            Transport::new::<&str>(&[], &config),
+            Transport::new::<&str>(&[], &config, None),
             Err(Error::NoEndpoints)
         ));
     }
@@ -209,7 +218,7 @@ mod tests {
     // Concurrent failures of the same endpoint must advance once, not skip a member.
     #[test]
     fn concurrent_failures_advance_once() {
-        let t = Transport::new(&["a:1", "b:1", "c:1"], &ClientConfig::default()).unwrap();
+        let t = Transport::new(&["a:1", "b:1", "c:1"], &ClientConfig::default(), None).unwrap();
         assert_eq!(t.current(), 0);
         t.failed(0);
         t.failed(0);

@@ -15,7 +15,9 @@ async fn proxies(cluster: &TestCluster, drop: f64, seed: u64) -> Vec<FaultProxy>
     let mut out = Vec::new();
     for (i, cfg) in cluster.configs.iter().enumerate() {
         let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        let p = FaultProxy::start_with_seed(listen, cfg.client_addr, seed + i as u64).await.unwrap();
+        let p = FaultProxy::start_with_seed(listen, cfg.client_addr, seed + i as u64)
+            .await
+            .unwrap();
         p.set_drop_replies(drop);
         out.push(p);
     }
@@ -36,7 +38,10 @@ async fn thousand_puts_through_thirty_percent_reply_loss_leave_version_exactly_1
     let cluster = TestCluster::start(3, |_| {}).await;
     cluster.wait_leader(LEADER_WAIT).await;
     let proxies = proxies(&cluster, 0.3, 7).await;
-    let endpoints: Vec<String> = proxies.iter().map(|p| format!("http://{}", p.addr())).collect();
+    let endpoints: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("http://{}", p.addr()))
+        .collect();
     let once = Client::connect(&endpoints, fast_retries(ClientConfig::default())).unwrap();
     let etcd_style = Client::connect(&endpoints, fast_retries(ClientConfig::untracked())).unwrap();
 
@@ -64,10 +69,18 @@ async fn thousand_puts_through_thirty_percent_reply_loss_leave_version_exactly_1
     let direct = Client::connect(cluster.endpoints(), ClientConfig::default()).unwrap();
     let once_version = direct.get("once").await.unwrap().unwrap().version;
     let etcd_version = direct.get("etcd-style").await.unwrap().unwrap().version;
-    assert_eq!(once_version, 1000, "the exactly-once client's puts were applied {once_version} times");
-    assert!(etcd_version > 1000, "the untracked client never applied a retry twice ({etcd_version})");
+    assert_eq!(
+        once_version, 1000,
+        "the exactly-once client's puts were applied {once_version} times"
+    );
+    assert!(
+        etcd_version > 1000,
+        "the untracked client never applied a retry twice ({etcd_version})"
+    );
     assert!(once.stats().retries > 0);
-    eprintln!("replies dropped {dropped}; versions: oncekv {once_version}, etcd-style {etcd_version}");
+    eprintln!(
+        "replies dropped {dropped}; versions: oncekv {once_version}, etcd-style {etcd_version}"
+    );
 }
 
 // The hardest lost reply: the leader commits and applies, then dies before answering. The
@@ -79,32 +92,56 @@ async fn retry_across_a_leader_kill_between_commit_and_reply_gets_the_saved_resp
     let proxies = proxies(&cluster, 0.0, 11).await;
     // The leader's endpoint first, so the first attempt goes there.
     let mut endpoints = vec![format!("http://{}", proxies[leader].addr())];
-    endpoints.extend((0..3).filter(|i| *i != leader).map(|i| format!("http://{}", proxies[i].addr())));
+    endpoints.extend(
+        (0..3)
+            .filter(|i| *i != leader)
+            .map(|i| format!("http://{}", proxies[i].addr())),
+    );
     let client = Client::connect(&endpoints, fast_retries(ClientConfig::default())).unwrap();
     let first = client.put("k", "before").await.unwrap();
 
     proxies[leader].set_drop_replies(1.0);
     let put = tokio::spawn({
         let c = client.clone();
-        async move { c.put_with("k", "v", oncekv_client::PutOptions::new().with_prev_kv()).await }
+        async move {
+            c.put_with("k", "v", oncekv_client::PutOptions::new().with_prev_kv())
+                .await
+        }
     });
     // Wait until every member has applied the put (committed), then kill the leader
     // before its reply can get through.
     let target = first.header.revision + 1;
     cluster
         .wait_for("the put to apply everywhere", LEADER_WAIT, |c| {
-            c.running().all(|(_, n)| n.core.applied.read().sm.revision() >= target)
+            c.running()
+                .all(|(_, n)| n.core.applied.read().sm.revision() >= target)
         })
         .await;
     cluster.stop(leader).await;
     let resp = put.await.unwrap().unwrap();
 
-    assert_eq!(resp.header.revision, target, "the retry was executed again instead of answered");
-    assert_eq!(resp.prev_kv.map(|kv| kv.value.to_vec()), Some(b"before".to_vec()));
+    assert_eq!(
+        resp.header.revision, target,
+        "the retry was executed again instead of answered"
+    );
+    assert_eq!(
+        resp.prev_kv.map(|kv| kv.value.to_vec()),
+        Some(b"before".to_vec())
+    );
     let new_leader = cluster.wait_leader(LEADER_WAIT).await;
     assert_ne!(new_leader, leader);
-    let dups = cluster.node(new_leader).core.applied.read().sm.stats().duplicates;
-    assert!(dups >= 1, "the new leader never saw the retry as a duplicate");
+    let dups = cluster
+        .node(new_leader)
+        .core
+        .applied
+        .read()
+        .sm
+        .stats()
+        .duplicates;
+    assert!(
+        dups >= 1,
+        "the new leader never saw the retry as a duplicate"
+    );
     let kv = client.get("k").await.unwrap().unwrap();
     assert_eq!(kv.version, 2);
 }

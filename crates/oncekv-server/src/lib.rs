@@ -8,6 +8,7 @@
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers.
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
 
+pub mod disk;
 pub mod etcd;
 pub mod fault_proxy;
 pub mod local_cluster;
@@ -19,6 +20,7 @@ pub mod proposer;
 pub mod runtime;
 pub mod services;
 pub mod sm_store;
+pub mod transport;
 pub mod types;
 
 pub use node::{Node, NodeConfig};

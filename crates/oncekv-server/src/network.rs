@@ -24,6 +24,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::pb::oncekv::RaftRequest;
 use crate::pb::oncekv::raft_client::RaftClient;
+use crate::transport::Connector;
 use crate::types::{Member, NodeId, TypeConfig};
 
 /// Largest peer message accepted or sent: an append of a batch of large values, or a
@@ -35,6 +36,8 @@ pub const MAX_PEER_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 pub struct PeerChannels {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     connect_timeout: Duration,
+    /// How channels connect: tokio TCP when `None`, else this (a simulation's network).
+    connector: Option<Connector>,
 }
 
 impl PeerChannels {
@@ -42,7 +45,14 @@ impl PeerChannels {
         PeerChannels {
             channels: Arc::default(),
             connect_timeout,
+            connector: None,
         }
+    }
+
+    /// Channels that connect through `connector` instead of tokio's TCP.
+    pub fn with_connector(mut self, connector: Connector) -> PeerChannels {
+        self.connector = Some(connector);
+        self
     }
 
     /// The channel to `url`, created on first use (connection made lazily).
@@ -57,7 +67,10 @@ impl PeerChannels {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5));
-        let ch = endpoint.connect_lazy();
+        let ch = match &self.connector {
+            Some(c) => c.channel(&endpoint),
+            None => endpoint.connect_lazy(),
+        };
         map.insert(url.to_string(), ch.clone());
         Ok(ch)
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oncekv_core::waiting_list::{WaitError, WaitingList};
 
@@ -15,12 +15,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::disk::Disk;
 use crate::log_store::{LogStore, LogStoreOptions, TornTail};
 use crate::network::{Network, PeerChannels};
 use crate::pb::oncekv::ForwardRequest;
 use crate::proposer::{BatchLimits, ProposeError, Proposer};
 use crate::runtime::Clock;
-use crate::sm_store::{Applied, SmStore};
+use crate::sm_store::{Applied, ApplyObserver, SmStore};
+use crate::transport::{Connector, NodeTransport};
 use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
 
 /// Everything a server needs to start. Defaults follow etcd's where they mean the same.
@@ -48,6 +50,10 @@ pub struct NodeConfig {
     pub batch: BatchLimits,
     /// The clock this member stamps entries with while it leads.
     pub clock: Clock,
+    /// The file system under the log and the snapshot (the real one by default).
+    pub disk: Arc<dyn Disk>,
+    /// Watches the state machine apply entries (simulation and tests only).
+    pub observer: Option<Arc<dyn ApplyObserver>>,
 }
 
 impl NodeConfig {
@@ -74,6 +80,8 @@ impl NodeConfig {
             settings: Settings::default(),
             batch: BatchLimits::default(),
             clock: Clock::system(),
+            disk: crate::disk::os_disk(),
+            observer: None,
         }
     }
 }
@@ -204,7 +212,8 @@ impl NodeCore {
             Err(ProposeError::NotLeader { leader: None }) => return Err(ProposeError::NoLeader),
             Err(e) => return Err(e),
         };
-        let deadline = Instant::now() + self.config.request_timeout;
+        // tokio's clock: the same as std's in production, simulated time in a simulation.
+        let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
         self.applied
             .wait_applied(index, deadline)
             .await
@@ -335,6 +344,68 @@ impl Node {
         client_listener: TcpListener,
         peer_listener: TcpListener,
     ) -> Result<Node, StartError> {
+        let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
+        let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
+        let core = Node::open(config, None).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let servers = [
+            tokio::spawn(crate::services::serve_clients(
+                core.clone(),
+                crate::services::incoming(client_listener),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::services::serve_peers(
+                core.clone(),
+                crate::services::incoming(peer_listener),
+                stop_rx.clone(),
+            )),
+        ];
+        Ok(Node::run(
+            core,
+            client_addr,
+            peer_addr,
+            stop,
+            stop_rx,
+            servers,
+        ))
+    }
+
+    /// As [`start`](Self::start), on connections from `transport` instead of tokio's TCP
+    /// (a deterministic simulation's network). The node reports `config`'s addresses.
+    pub async fn start_with_transport(
+        config: NodeConfig,
+        transport: NodeTransport,
+    ) -> Result<Node, StartError> {
+        let (client_addr, peer_addr) = (config.client_addr, config.peer_addr);
+        let core = Node::open(config, Some(transport.connector)).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let servers = [
+            tokio::spawn(crate::services::serve_clients(
+                core.clone(),
+                transport.clients,
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::services::serve_peers(
+                core.clone(),
+                transport.peers,
+                stop_rx.clone(),
+            )),
+        ];
+        Ok(Node::run(
+            core,
+            client_addr,
+            peer_addr,
+            stop,
+            stop_rx,
+            servers,
+        ))
+    }
+
+    /// Opens storage, starts raft and the proposer, and forms the cluster on first start.
+    async fn open(
+        config: NodeConfig,
+        connector: Option<Connector>,
+    ) -> Result<Arc<NodeCore>, StartError> {
         let id = member_id(&config.name);
         let members: BTreeMap<NodeId, Member> = config
             .initial_cluster
@@ -348,15 +419,16 @@ impl Node {
             (h ^ id).wrapping_mul(0x100_0000_01b3)
         });
 
-        let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
-        let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
-
-        let log =
-            LogStore::<TypeConfig>::open(config.data_dir.join("log"), LogStoreOptions::default())
-                .await?;
+        let log_options = LogStoreOptions::default().with_disk(config.disk.clone());
+        let log = LogStore::<TypeConfig>::open(config.data_dir.join("log"), log_options).await?;
         let torn_tail = log.torn_tail().cloned();
-        let sm = SmStore::open(&config.data_dir.join("state"), config.settings)
-            .map_err(StartError::StateMachine)?;
+        let sm = SmStore::open_with(
+            &config.data_dir.join("state"),
+            config.settings,
+            config.disk.clone(),
+            config.observer.clone(),
+        )
+        .map_err(StartError::StateMachine)?;
         let applied = sm.applied();
 
         let raft_config = openraft::Config {
@@ -372,7 +444,10 @@ impl Node {
         }
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        let peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
+        let mut peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
+        if let Some(c) = connector {
+            peers = peers.with_connector(c);
+        }
         let network = Network {
             peers: peers.clone(),
         };
@@ -409,29 +484,30 @@ impl Node {
             in_flight: WaitingList::new(),
             torn_tail,
         });
-        let (stop, stop_rx) = watch::channel(false);
-        let tasks = vec![
-            tokio::spawn(crate::services::serve_clients(
-                core.clone(),
-                client_listener,
-                stop_rx.clone(),
-            )),
-            tokio::spawn(crate::services::serve_peers(
-                core.clone(),
-                peer_listener,
-                stop_rx.clone(),
-            )),
-            tokio::spawn(ticker(core.clone(), stop_rx.clone())),
-            tokio::spawn(leadership_watch(core.clone(), stop_rx)),
-        ];
+        Ok(core)
+    }
+
+    /// Spawns the background tasks next to the `servers` already running.
+    fn run(
+        core: Arc<NodeCore>,
+        client_addr: SocketAddr,
+        peer_addr: SocketAddr,
+        stop: watch::Sender<bool>,
+        stop_rx: watch::Receiver<bool>,
+        servers: [JoinHandle<()>; 2],
+    ) -> Node {
+        let mut tasks = Vec::from(servers);
+        tasks.push(tokio::spawn(ticker(core.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(leadership_watch(core.clone(), stop_rx)));
+        let id = core.id;
         tracing::info!(name = %core.config.name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
-        Ok(Node {
+        Node {
             core,
             client_addr,
             peer_addr,
             stop,
             tasks,
-        })
+        }
     }
 
     /// Stops serving and shuts raft down (what is acknowledged is already durable).
@@ -458,7 +534,8 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
         if core.leader() != Some(core.id) {
             continue;
         }
-        core.in_flight.expire(Instant::now());
+        core.in_flight
+            .expire(tokio::time::Instant::now().into_std());
         let due = core
             .applied
             .read()

@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
 use crate::etcd::{ClusterService, KvService, LeaseService, MaintenanceService, SessionService};
@@ -25,9 +27,9 @@ const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 /// Accepted connections with Nagle's algorithm off: tonic's own `tcp_nodelay` applies only
 /// to listeners it binds itself, and a small response held back for a delayed ACK costs
 /// tens of milliseconds per request.
-fn incoming(
+pub fn incoming(
     listener: TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
     use futures::StreamExt;
     TcpListenerStream::new(listener).map(|conn| {
         let conn = conn?;
@@ -40,12 +42,13 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Serves the etcd-compatible API and the Session service until `stop`.
-pub async fn serve_clients(
-    core: Arc<NodeCore>,
-    listener: TcpListener,
-    stop: watch::Receiver<bool>,
-) {
+/// Serves the etcd-compatible API and the Session service on `incoming` connections
+/// until `stop`.
+pub async fn serve_clients<S, IO>(core: Arc<NodeCore>, incoming: S, stop: watch::Receiver<bool>)
+where
+    S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
     let limit = core.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -60,22 +63,26 @@ pub async fn serve_clients(
             node: core.clone(),
         }))
         .add_service(SessionServer::new(SessionService { node: core.clone() }))
-        .serve_with_incoming_shutdown(incoming(listener), stopped(stop))
+        .serve_with_incoming_shutdown(incoming, stopped(stop))
         .await;
     if let Err(e) = result {
         tracing::error!("client server stopped: {e}");
     }
 }
 
-/// Serves raft traffic from peers until `stop`.
-pub async fn serve_peers(core: Arc<NodeCore>, listener: TcpListener, stop: watch::Receiver<bool>) {
+/// Serves raft traffic from peers on `incoming` connections until `stop`.
+pub async fn serve_peers<S, IO>(core: Arc<NodeCore>, incoming: S, stop: watch::Receiver<bool>)
+where
+    S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
     let service = RaftServer::new(PeerService { core })
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(service)
-        .serve_with_incoming_shutdown(incoming(listener), stopped(stop))
+        .serve_with_incoming_shutdown(incoming, stopped(stop))
         .await;
     if let Err(e) = result {
         tracing::error!("peer server stopped: {e}");

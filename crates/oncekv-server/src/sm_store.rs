@@ -7,7 +7,7 @@
 //! fsynced, renamed over the old one and the directory fsynced, so a crash leaves either the
 //! old or the new snapshot, never a torn one; a checksum catches anything else.
 
-use std::io::{Cursor, Write as _};
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -19,12 +19,23 @@ use std::time::Instant;
 
 use oncekv_core::waiting_list::{WaitError, WaitingList};
 
+use crate::disk::{Disk, write_atomically};
 use crate::proposer::ProposeError;
 
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 const SNAPSHOT_MAGIC: &[u8; 4] = b"OKVS";
+
+/// Watches a node's state machine (deterministic simulation and tests; `None` in
+/// production). Called under the state machine's write lock: keep it quick, never block.
+pub trait ApplyObserver: Send + Sync + std::fmt::Debug {
+    /// A state machine was created: at open, and whenever a snapshot replaced it.
+    fn prepare(&self, sm: &mut StateMachine);
+    /// `sm` has just applied an entry, or installed a snapshot (its applied index says
+    /// which).
+    fn applied(&self, sm: &mut StateMachine);
+}
 
 /// Requests waiting for the applied index to reach a log index (linearizable reads).
 pub type AppliedWaiters = WaitingList<u64, (), ProposeError>;
@@ -95,6 +106,8 @@ struct SnapshotFile {
 pub struct SmStore {
     applied: Arc<Applied>,
     dir: PathBuf,
+    disk: Arc<dyn Disk>,
+    observer: Option<Arc<dyn ApplyObserver>>,
     /// The last log id of the snapshot file on disk; also serializes writers, so an older
     /// snapshot built concurrently never replaces a newer installed one.
     persisted: Arc<std::sync::Mutex<Option<LogId>>>,
@@ -116,7 +129,18 @@ impl SmStore {
     /// A snapshot that fails its checksum or does not decode is an error, not an empty
     /// state: starting empty would silently lose data.
     pub fn open(dir: &Path, settings: oncekv_core::Settings) -> Result<SmStore, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        SmStore::open_with(dir, settings, crate::disk::os_disk(), None)
+    }
+
+    /// As [`open`](Self::open), on `disk`, with an optional observer.
+    pub fn open_with(
+        dir: &Path,
+        settings: oncekv_core::Settings,
+        disk: Arc<dyn Disk>,
+        observer: Option<Arc<dyn ApplyObserver>>,
+    ) -> Result<SmStore, String> {
+        disk.create_dir_all(dir)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let path = dir.join(SNAPSHOT_FILE);
         let mut inner = AppliedInner {
             sm: StateMachine::new(settings),
@@ -124,7 +148,7 @@ impl SmStore {
             membership: StoredMembership::default(),
             snapshot_bytes: 0,
         };
-        match std::fs::read(&path) {
+        match disk.read(&path) {
             Ok(bytes) => {
                 let file = decode_snapshot_file(&bytes)
                     .map_err(|e| format!("snapshot {}: {e}", path.display()))?;
@@ -137,8 +161,13 @@ impl SmStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("reading {}: {e}", path.display())),
         }
+        if let Some(o) = &observer {
+            o.prepare(&mut inner.sm);
+        }
         let persisted = Arc::new(std::sync::Mutex::new(inner.last_applied));
         Ok(SmStore {
+            disk,
+            observer,
             applied: Arc::new(Applied {
                 inner: RwLock::new(inner),
                 waiters: WaitingList::new(),
@@ -153,7 +182,7 @@ impl SmStore {
     }
 
     fn current_snapshot_file(&self) -> Option<SnapshotFile> {
-        let bytes = std::fs::read(self.dir.join(SNAPSHOT_FILE)).ok()?;
+        let bytes = self.disk.read(&self.dir.join(SNAPSHOT_FILE)).ok()?;
         decode_snapshot_file(&bytes).ok()
     }
 
@@ -173,15 +202,9 @@ impl SmStore {
         bytes.extend_from_slice(SNAPSHOT_MAGIC);
         bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
         bytes.extend_from_slice(&body);
-        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
-            std::fs::File::open(&self.dir)?.sync_all()
-        };
-        write().map_err(|e| format!("writing {}: {e}", self.dir.join(SNAPSHOT_FILE).display()))?;
+        let path = self.dir.join(SNAPSHOT_FILE);
+        write_atomically(&*self.disk, &path, &bytes)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
         *persisted = meta.last_log_id;
         Ok(bytes.len() as u64)
     }
@@ -236,6 +259,9 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                     }
                 };
                 out.push(EntryResponses(responses));
+                if let Some(o) = &self.observer {
+                    o.applied(&mut inner.sm);
+                }
             }
             inner.last_applied.map_or(0, |l| l.index)
         };
@@ -257,7 +283,10 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let sm = StateMachine::restore(&data).map_err(|e| snap_err(Some(meta), e))?;
+        let mut sm = StateMachine::restore(&data).map_err(|e| snap_err(Some(meta), e))?;
+        if let Some(o) = &self.observer {
+            o.prepare(&mut sm);
+        }
         let size = self
             .persist(meta, &data)
             .map_err(|e| snap_err(Some(meta), e))?;
@@ -267,6 +296,9 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             inner.last_applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
             inner.snapshot_bytes = size;
+            if let Some(o) = &self.observer {
+                o.applied(&mut inner.sm);
+            }
             meta.last_log_id.map_or(0, |l| l.index)
         };
         self.applied.applied_up_to(index);

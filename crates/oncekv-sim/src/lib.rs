@@ -1,1 +1,31 @@
-//! placeholder
+//! oncekv's deterministic simulation harness.
+//!
+//! Real oncekv nodes (openraft, the segment log, the state machine, the etcd gRPC API)
+//! and real `oncekv-client` clients run as turmoil hosts on one thread, in simulated time,
+//! over a simulated network and simulated disks ([`disk::MemDisk`]), with every source of
+//! randomness seeded from one `u64`. The seed chooses the faults ([`faults`]) and the
+//! workload ([`workload`]); the checkers ([`replicas`], [`check`], [`linearizability`])
+//! judge the run. Running a seed again reproduces it bit for bit ([`run::Report::trace_hash`]).
+//!
+//! ```no_run
+//! let report = oncekv_sim::run::run(42, &oncekv_sim::run::Options::default());
+//! assert!(report.ok(), "{:#?}", report.violations);
+//! ```
+//!
+//! Build with `RUSTFLAGS="--cfg tokio_unstable"` so that turmoil can seed each host's
+//! tokio runtime too (see the crate README); [`TOKIO_SEEDED`] says whether it was.
+
+pub mod check;
+pub mod disk;
+pub mod faults;
+pub mod linearizability;
+pub mod net;
+pub mod replicas;
+pub mod run;
+pub mod trace;
+pub mod workload;
+
+/// Whether this build lets turmoil seed tokio's own RNG (`--cfg tokio_unstable`). Without
+/// it, `tokio::select!` picks among ready branches at random and a seed may not replay
+/// exactly.
+pub const TOKIO_SEEDED: bool = cfg!(tokio_unstable);

@@ -57,7 +57,10 @@ impl TestCluster {
 
     /// Waits for a leader that every running member agrees on.
     pub async fn wait_leader(&self, timeout: Duration) -> usize {
-        self.inner.wait_leader(timeout).await.expect("no agreed leader in time")
+        self.inner
+            .wait_leader(timeout)
+            .await
+            .expect("no agreed leader in time")
     }
 
     /// How many sessions member `i` holds.
@@ -98,7 +101,11 @@ pub struct Proxy(pub FaultProxy);
 
 impl Proxy {
     pub async fn start(target: SocketAddr) -> Proxy {
-        Proxy(FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), target).await.unwrap())
+        Proxy(
+            FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), target)
+                .await
+                .unwrap(),
+        )
     }
 
     pub fn url(&self) -> String {
@@ -113,5 +120,9 @@ impl Proxy {
 
 /// A loopback port nobody listens on (bound and released; good enough for "dead").
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -17,7 +17,6 @@ pub use session::{
 };
 
 use oncekv_core::{Command, Op, OpError, OpReply, Response, SessionError, Tracked};
-use std::time::Instant;
 
 use tonic::{Code, Status};
 
@@ -166,7 +165,7 @@ impl NodeCore {
         command: Command,
     ) -> Result<Response, ProposeError> {
         if self.in_flight.contains_key(&key) {
-            let deadline = Instant::now() + self.config.request_timeout;
+            let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
             return match self.in_flight.register(key, Some(deadline)).await {
                 Ok(result) => result,
                 Err(e) => Err(crate::node::wait_error(e)),

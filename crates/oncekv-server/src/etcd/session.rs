@@ -95,7 +95,8 @@ impl Session for SessionService {
         _request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
         let mut secret = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut secret);
+        // The OS-seeded thread RNG, or the simulation's seeded one (deterministic runs).
+        crate::runtime::RaftRng.fill_bytes(&mut secret);
         let command = Command::RegisterClient {
             secret: Secret(secret),
         };

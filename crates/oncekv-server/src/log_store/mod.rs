@@ -75,12 +75,14 @@ use openraft::{
 };
 use tokio::sync::oneshot;
 
+use crate::disk::Disk;
+
 pub use error::LogError;
 use format::Kind;
 use reader::ReadHandles;
 use recovery::Recovered;
 pub use recovery::TornTail;
-use state::{Slot, State};
+use state::{Sink, Slot, State};
 use writer::{Done, Op, Writer, WriterShared};
 
 /// Tuning of a [`LogStore`].
@@ -91,6 +93,8 @@ pub struct LogStoreOptions {
     pub segment_bytes: u64,
     /// Keep the encoded payloads of the newest entries in memory up to this many bytes.
     pub cache_bytes: usize,
+    /// The file system (the real one unless a simulation passes its own).
+    pub disk: Arc<dyn Disk>,
     /// Test hook: hold the writer before each fdatasync.
     #[cfg(test)]
     pub(crate) sync_gate: Option<Arc<writer::SyncGate>>,
@@ -100,6 +104,12 @@ impl LogStoreOptions {
     /// Sets [`LogStoreOptions::segment_bytes`].
     pub fn with_segment_bytes(mut self, bytes: u64) -> Self {
         self.segment_bytes = bytes;
+        self
+    }
+
+    /// Sets [`LogStoreOptions::disk`].
+    pub fn with_disk(mut self, disk: Arc<dyn Disk>) -> Self {
+        self.disk = disk;
         self
     }
 
@@ -115,6 +125,7 @@ impl Default for LogStoreOptions {
         LogStoreOptions {
             segment_bytes: 64 << 20,
             cache_bytes: 64 << 20,
+            disk: crate::disk::os_disk(),
             #[cfg(test)]
             sync_gate: None,
         }
@@ -133,6 +144,7 @@ pub struct LogStore<C: RaftTypeConfig> {
 
 struct Inner<NID: NodeId> {
     dir: PathBuf,
+    disk: Arc<dyn Disk>,
     /// What [`LogStore::open`] cut off, if anything.
     torn_tail: Option<TornTail>,
     state: Mutex<State<NID>>,
@@ -187,37 +199,53 @@ impl<C: RaftTypeConfig> LogStore<C> {
         let dir = dir.as_ref().to_path_buf();
         let replay_dir = dir.clone();
         let (segment_bytes, cache_bytes) = (options.segment_bytes, options.cache_bytes);
+        let disk = options.disk.clone();
+        let on_runtime = disk.runs_on_runtime();
+        let replay_disk = disk.clone();
+        let replay =
+            move || recovery::recover::<C>(&*replay_disk, &replay_dir, segment_bytes, cache_bytes);
         let Recovered {
             mut state,
             next_batch,
             torn_tail,
-        } = tokio::task::spawn_blocking(move || {
-            recovery::recover::<C>(&replay_dir, segment_bytes, cache_bytes)
-        })
-        .await
-        .map_err(|e| LogError::Inconsistent(format!("log recovery task failed: {e}")))??;
+        } = if on_runtime {
+            replay()?
+        } else {
+            tokio::task::spawn_blocking(replay)
+                .await
+                .map_err(|e| LogError::Inconsistent(format!("log recovery task failed: {e}")))??
+        };
 
         let shared = Arc::new(WriterShared::default());
-        let (tx, rx) = mpsc::channel();
         #[allow(unused_mut)]
-        let mut writer = Writer::new(dir.clone(), shared.clone(), next_batch);
+        let mut writer = Writer::new(dir.clone(), disk.clone(), shared.clone(), next_batch);
         #[cfg(test)]
         {
             writer.gate = options.sync_gate.clone();
         }
-        let handle = thread::Builder::new()
-            .name("oncekv-log-writer".to_string())
-            .spawn(move || writer.run(rx))
-            .map_err(|e| LogError::io("spawn the writer thread for", &dir, e))?;
-        state.tx = Some(tx);
+        let handle = if on_runtime {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(writer.run_on_runtime(rx));
+            state.tx = Some(Sink::Task(tx));
+            None
+        } else {
+            let (tx, rx) = mpsc::channel();
+            let handle = thread::Builder::new()
+                .name("oncekv-log-writer".to_string())
+                .spawn(move || writer.run(rx))
+                .map_err(|e| LogError::io("spawn the writer thread for", &dir, e))?;
+            state.tx = Some(Sink::Thread(tx));
+            Some(handle)
+        };
         let started = state.start_segment().and_then(|()| state.dispatch());
         let store = LogStore {
             inner: Arc::new(Inner {
                 dir,
+                disk,
                 state: Mutex::new(state),
                 shared,
                 readers: ReadHandles::default(),
-                thread: Mutex::new(Some(handle)),
+                thread: Mutex::new(handle),
                 torn_tail,
             }),
             _types: PhantomData,

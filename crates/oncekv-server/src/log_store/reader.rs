@@ -2,9 +2,7 @@
 //! recent, else with one `pread` per run of entries stored next to each other.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::ops::{Bound, RangeBounds};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +11,7 @@ use openraft::RaftTypeConfig;
 
 use super::format::{payload_crc, segment_file_name};
 use super::{LogError, LogStore};
+use crate::disk::ReadAt;
 
 /// Largest single `pread` when reading a run of entries.
 const MAX_READ_SPAN: u64 = 4 << 20;
@@ -21,19 +20,26 @@ const MAX_READ_SPAN: u64 = 4 << 20;
 /// deleted segment readable, which makes a read racing with a purge safe.
 #[derive(Debug, Default)]
 pub(super) struct ReadHandles {
-    files: Mutex<HashMap<u64, Arc<File>>>,
+    files: Mutex<HashMap<u64, Arc<dyn ReadAt>>>,
 }
 
 impl ReadHandles {
     /// The handle of segment `id`. Callers MUST hold the state lock while the segment
     /// is still listed, so it cannot be deleted before it is opened.
-    fn get(&self, dir: &Path, id: u64) -> Result<Arc<File>, LogError> {
+    fn get(
+        &self,
+        disk: &dyn crate::disk::Disk,
+        dir: &Path,
+        id: u64,
+    ) -> Result<Arc<dyn ReadAt>, LogError> {
         let mut files = self.files.lock().map_err(|_| poisoned())?;
         if let Some(f) = files.get(&id) {
             return Ok(f.clone());
         }
         let path = dir.join(segment_file_name(id));
-        let file = Arc::new(File::open(&path).map_err(|e| LogError::io("open", path, e))?);
+        let file = disk
+            .open_read(&path)
+            .map_err(|e| LogError::io("open", path, e))?;
         files.insert(id, file.clone());
         Ok(file)
     }
@@ -59,7 +65,7 @@ enum Piece {
 }
 
 struct DiskLoc {
-    file: Arc<File>,
+    file: Arc<dyn ReadAt>,
     segment: u64,
     offset: u64,
     len: u32,
@@ -124,7 +130,11 @@ impl<C: RaftTypeConfig> LogStore<C> {
             pieces.push(match &slot.cached {
                 Some(bytes) => Piece::Cached(bytes.clone()),
                 None => Piece::OnDisk(DiskLoc {
-                    file: self.inner.readers.get(&self.inner.dir, slot.segment)?,
+                    file: self.inner.readers.get(
+                        &*self.inner.disk,
+                        &self.inner.dir,
+                        slot.segment,
+                    )?,
                     segment: slot.segment,
                     offset: slot.offset,
                     len: slot.len,

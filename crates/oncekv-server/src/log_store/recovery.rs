@@ -24,7 +24,6 @@
 //! Every open then starts a fresh segment, so a segment is only ever written by one
 //! process lifetime and the rule above never sees a cut tail followed by newer batches.
 
-use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use openraft::{LogId, RaftLogId, RaftTypeConfig, Vote};
@@ -36,7 +35,7 @@ use super::format::{
     parse_record, parse_segment_file_name, segment_file_name,
 };
 use super::state::{Slot, State};
-use super::writer::sync_dir;
+use crate::disk::Disk;
 
 /// What recovery hands to the store.
 #[derive(Debug)]
@@ -60,19 +59,23 @@ pub struct TornTail {
 
 /// Replays the log in `dir` (creating `dir` if missing). Blocking.
 pub(super) fn recover<C: RaftTypeConfig>(
+    disk: &dyn Disk,
     dir: &Path,
     segment_limit: u64,
     cache_limit: usize,
 ) -> Result<Recovered<C>, LogError> {
-    fs::create_dir_all(dir).map_err(|e| LogError::io("create directory", dir, e))?;
-    let ids = list_segments(dir)?;
+    disk.create_dir_all(dir)
+        .map_err(|e| LogError::io("create directory", dir, e))?;
+    let ids = list_segments(disk, dir)?;
     let mut state = State::new(segment_limit, cache_limit);
     let mut max_batch = 0;
     let mut torn_tail = None;
     for (i, &id) in ids.iter().enumerate() {
         let newest = i + 1 == ids.len();
         let path = dir.join(segment_file_name(id));
-        let buf = fs::read(&path).map_err(|e| LogError::io("read", &path, e))?;
+        let buf = disk
+            .read(&path)
+            .map_err(|e| LogError::io("read", &path, e))?;
         let header = match FileHeader::decode(&buf) {
             Ok(h) if h.segment == id => h,
             Ok(h) => {
@@ -83,7 +86,7 @@ pub(super) fn recover<C: RaftTypeConfig>(
                 return Err(corrupt(&path, 0, reason));
             }
             Err(reason) => {
-                drop_torn_segment(dir, &path, &buf, newest, reason)?;
+                drop_torn_segment(disk, dir, &path, &buf, newest, reason)?;
                 continue;
             }
         };
@@ -123,7 +126,7 @@ pub(super) fn recover<C: RaftTypeConfig>(
                         );
                         return Err(corrupt(&path, pos as u64, reason));
                     }
-                    cut_torn_tail(&path, pos as u64, buf.len(), damage.reason)?;
+                    cut_torn_tail(disk, &path, pos as u64, buf.len(), damage.reason)?;
                     torn_tail = Some(TornTail {
                         path: path.clone(),
                         offset: pos as u64,
@@ -144,15 +147,14 @@ pub(super) fn recover<C: RaftTypeConfig>(
 }
 
 /// Segment ids in `dir`, ascending. Other files are ignored.
-fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
-    let mut ids = Vec::new();
-    let rd = fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
-        if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
-            ids.push(id);
-        }
-    }
+fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<u64>, LogError> {
+    let names = disk
+        .list_dir(dir)
+        .map_err(|e| LogError::io("list", dir, e))?;
+    let mut ids: Vec<u64> = names
+        .iter()
+        .filter_map(|n| parse_segment_file_name(n))
+        .collect();
     ids.sort_unstable();
     Ok(ids)
 }
@@ -160,6 +162,7 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
 /// A segment whose file header is bad: fine (and removed) only if it is the newest and
 /// holds no valid record, i.e. the crash hit while it was being created.
 fn drop_torn_segment(
+    disk: &dyn Disk,
     dir: &Path,
     path: &Path,
     buf: &[u8],
@@ -182,12 +185,20 @@ fn drop_torn_segment(
         reason,
         "removing a log segment whose creation was interrupted by a crash"
     );
-    fs::remove_file(path).map_err(|e| LogError::io("remove", path, e))?;
-    sync_dir(dir).map_err(|e| LogError::io("fsync directory", dir, e))
+    disk.remove_file(path)
+        .map_err(|e| LogError::io("remove", path, e))?;
+    disk.sync_dir(dir)
+        .map_err(|e| LogError::io("fsync directory", dir, e))
 }
 
 /// Cuts the newest segment at `at` and makes the cut durable.
-fn cut_torn_tail(path: &Path, at: u64, len: usize, reason: &str) -> Result<(), LogError> {
+fn cut_torn_tail(
+    disk: &dyn Disk,
+    path: &Path,
+    at: u64,
+    len: usize,
+    reason: &str,
+) -> Result<(), LogError> {
     tracing::warn!(
         path = %path.display(),
         offset = at,
@@ -195,13 +206,8 @@ fn cut_torn_tail(path: &Path, at: u64, len: usize, reason: &str) -> Result<(), L
         reason,
         "cutting a torn tail off the raft log (unacknowledged writes of a crash)"
     );
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| LogError::io("open for truncation", path, e))?;
-    file.set_len(at)
-        .map_err(|e| LogError::io("truncate", path, e))?;
-    file.sync_all().map_err(|e| LogError::io("fsync", path, e))
+    disk.truncate(path, at)
+        .map_err(|e| LogError::io("truncate", path, e))
 }
 
 /// Replays one valid record into `state`.

@@ -8,7 +8,6 @@
 //! one set of rules.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::mpsc::Sender;
 
 use bytes::Bytes;
 use openraft::{LogId, NodeId, Vote};
@@ -52,8 +51,30 @@ pub(super) struct State<NID: NodeId> {
     /// Operations of the current critical section, sent as one message by
     /// [`State::dispatch`] so the writer never cuts a batch in the middle of one call.
     outbox: Vec<Op>,
-    /// The queue to the writer thread; `None` during recovery and after shutdown.
-    pub(super) tx: Option<Sender<Vec<Op>>>,
+    /// The queue to the writer; `None` during recovery and after shutdown.
+    pub(super) tx: Option<Sink>,
+}
+
+/// The queue to the writer: a thread in production, a task on the async runtime in a
+/// deterministic simulation.
+#[derive(Debug)]
+pub(super) enum Sink {
+    Thread(std::sync::mpsc::Sender<Vec<Op>>),
+    Task(tokio::sync::mpsc::UnboundedSender<Vec<Op>>),
+}
+
+impl Sink {
+    fn send(&self, ops: Vec<Op>) -> Result<(), LogError> {
+        let sent = match self {
+            Sink::Thread(tx) => tx.send(ops).is_ok(),
+            Sink::Task(tx) => tx.send(ops).is_ok(),
+        };
+        if sent {
+            Ok(())
+        } else {
+            Err(LogError::WriterGone)
+        }
+    }
 }
 
 impl<NID: NodeId> State<NID> {
@@ -224,8 +245,7 @@ impl<NID: NodeId> State<NID> {
             return Ok(());
         }
         let ops = std::mem::take(&mut self.outbox);
-        let tx = self.tx.as_ref().ok_or(LogError::WriterGone)?;
-        tx.send(ops).map_err(|_| LogError::WriterGone)
+        self.tx.as_ref().ok_or(LogError::WriterGone)?.send(ops)
     }
 
     /// Starts a new segment whose first record is the current [`MetaRecord`], so that

@@ -10,14 +10,15 @@
 //! error and nothing more is written (after a failed fsync the page cache state is
 //! unknown, so retrying could report data durable that is not).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+
+use crate::disk::{AppendFile, Disk};
 
 use super::format::{
     FILE_HEADER_LEN, FLAG_LAST_IN_BATCH, FileHeader, Kind, RECORD_HEADER_LEN, RecordHeader,
@@ -141,9 +142,10 @@ impl SyncGate {
 /// The writer's private state.
 pub(super) struct Writer {
     dir: PathBuf,
+    disk: Arc<dyn Disk>,
     shared: Arc<WriterShared>,
     /// The segment being appended to, its id and its length in bytes.
-    current: Option<(u64, File, u64)>,
+    current: Option<(u64, Box<dyn AppendFile>, u64)>,
     /// Records of the open batch, not yet written, and their encoded size.
     staged: Vec<Staged>,
     staged_bytes: u64,
@@ -156,9 +158,15 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(dir: PathBuf, shared: Arc<WriterShared>, next_batch: u64) -> Writer {
+    pub(super) fn new(
+        dir: PathBuf,
+        disk: Arc<dyn Disk>,
+        shared: Arc<WriterShared>,
+        next_batch: u64,
+    ) -> Writer {
         Writer {
             dir,
+            disk,
             shared,
             current: None,
             staged: Vec::new(),
@@ -175,6 +183,20 @@ impl Writer {
     pub(super) fn run(mut self, rx: Receiver<Vec<Op>>) {
         while let Ok(mut ops) = rx.recv() {
             for more in rx.try_iter() {
+                ops.extend(more);
+            }
+            self.process(ops);
+        }
+    }
+
+    /// As [`run`](Self::run), as a task on the async runtime (deterministic simulation:
+    /// see [`Disk::runs_on_runtime`]).
+    pub(super) async fn run_on_runtime(
+        mut self,
+        mut rx: tokio::sync::mpsc::UnboundedReceiver<Vec<Op>>,
+    ) {
+        while let Some(mut ops) = rx.recv().await {
+            while let Ok(more) = rx.try_recv() {
                 ops.extend(more);
             }
             self.process(ops);
@@ -207,7 +229,7 @@ impl Writer {
                 for id in delete {
                     let path = self.dir.join(segment_file_name(id));
                     // A leftover segment is harmless: recovery skips what was purged.
-                    if let Err(e) = fs::remove_file(&path) {
+                    if let Err(e) = self.disk.remove_file(&path) {
                         tracing::warn!(path = %path.display(), error = %e, "could not delete purged log segment");
                     }
                 }
@@ -302,10 +324,9 @@ impl Writer {
     fn rotate(&mut self, id: u64) -> Result<(), String> {
         self.write_and_sync()?;
         let path = self.dir.join(segment_file_name(id));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
+        let mut file = self
+            .disk
+            .create_new(&path)
             .map_err(|e| io_msg("create", &path, &e))?;
         let header = FileHeader {
             segment: id,
@@ -315,16 +336,13 @@ impl Writer {
             .map_err(|e| io_msg("write header of", &path, &e))?;
         file.sync_data()
             .map_err(|e| io_msg("fdatasync", &path, &e))?;
-        sync_dir(&self.dir).map_err(|e| io_msg("fsync directory", &self.dir, &e))?;
+        self.disk
+            .sync_dir(&self.dir)
+            .map_err(|e| io_msg("fsync directory", &self.dir, &e))?;
         self.shared.fsyncs.fetch_add(2, Ordering::Relaxed);
         self.current = Some((id, file, FILE_HEADER_LEN as u64));
         Ok(())
     }
-}
-
-/// fsyncs a directory so that created or removed entries in it are durable.
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 fn io_msg(what: &str, path: &Path, e: &io::Error) -> String {

@@ -91,8 +91,14 @@ pub async fn put(kv: &mut KvClient<Channel>, key: &str, value: &str) -> Result<i
 /// A linearizable get: `(value, version)` or `None` if the key does not exist. Retries
 /// `Unavailable` (no leader yet, or leadership being confirmed) as etcd clients do; a read
 /// is safe to repeat.
-pub async fn get(kv: &mut KvClient<Channel>, key: &str) -> Result<Option<(String, i64)>, tonic::Status> {
-    let req = RangeRequest { key: key.as_bytes().to_vec().into(), ..Default::default() };
+pub async fn get(
+    kv: &mut KvClient<Channel>,
+    key: &str,
+) -> Result<Option<(String, i64)>, tonic::Status> {
+    let req = RangeRequest {
+        key: key.as_bytes().to_vec().into(),
+        ..Default::default()
+    };
     let mut attempts = 0;
     let resp = loop {
         match kv.range(req.clone()).await {

@@ -1,0 +1,150 @@
+//! The file-system seam under the raft log and the snapshot file.
+//!
+//! Production uses [`OsDisk`] (plain `std::fs`, with real `fdatasync`/`fsync`). A
+//! deterministic simulation passes its own [`Disk`] that keeps synced and unsynced bytes
+//! apart, so that a simulated crash loses exactly what a real one could lose.
+//!
+//! The trait is deliberately small: it covers what the log store and the snapshot file
+//! do (append-only files, whole-file reads, positional reads of sealed data, truncation on
+//! recovery, rename, directory sync) and nothing else.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A file system the log store and the snapshot file run on.
+///
+/// Durability contract, as POSIX: bytes written with [`AppendFile::write_all`] survive a
+/// crash only once [`AppendFile::sync_data`] returned; a created, renamed or removed
+/// directory entry only once [`Disk::sync_dir`] of its directory returned.
+pub trait Disk: Send + Sync + fmt::Debug {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// The names of the files in `dir` (not paths), in any order.
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// The whole content of `path` (`NotFound` if it does not exist).
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// A handle for positional reads. It keeps the file readable after it is removed.
+    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadAt>>;
+    /// Creates `path`, failing if it exists, for appending.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// Creates `path` empty (replacing any file of that name), for appending.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// Cuts `path` to `len` bytes and makes the cut durable (`set_len` + `fsync`).
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// `true` for a deterministic simulation: the log store then replays and writes on the
+    /// async runtime (one task) instead of on a blocking thread, so that the order of
+    /// events is a function of the simulation seed alone.
+    fn runs_on_runtime(&self) -> bool {
+        false
+    }
+}
+
+/// A file open for appending.
+pub trait AppendFile: Send {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// `fdatasync`: everything written so far survives a crash once this returns `Ok`.
+    fn sync_data(&mut self) -> io::Result<()>;
+}
+
+/// A file open for positional reads.
+pub trait ReadAt: Send + Sync + fmt::Debug {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsDisk;
+
+/// The disk production runs on.
+pub fn os_disk() -> Arc<dyn Disk> {
+    Arc::new(OsDisk)
+}
+
+impl Disk for OsDisk {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            if let Some(name) = entry?.file_name().to_str() {
+                names.push(name.to_string());
+            }
+        }
+        Ok(names)
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn ReadAt>> {
+        Ok(Arc::new(File::open(path)?))
+    }
+
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(file))
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        Ok(Box::new(File::create(path)?))
+    }
+
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let file = OpenOptions::new().write(true).open(path)?;
+        file.set_len(len)?;
+        file.sync_all()
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+impl AppendFile for File {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        io::Write::write_all(self, buf)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
+impl ReadAt for File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old file or the new one:
+/// temporary file, `fsync`, rename over `path`, `fsync` of the directory.
+pub fn write_atomically(disk: &dyn Disk, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    let tmp = Path::new(&tmp_name);
+    let mut f = disk.create(tmp)?;
+    f.write_all(bytes)?;
+    f.sync_data()?;
+    drop(f);
+    disk.rename(tmp, path)?;
+    disk.sync_dir(dir)
+}

@@ -1,0 +1,396 @@
+//! One simulation run: a seeded turmoil world with real oncekv nodes and clients, the
+//! fault schedule applied between steps, and the checkers at the end.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+
+use oncekv_core::Settings;
+use oncekv_server::node::NodeCore;
+use oncekv_server::runtime::{Clock, seed_thread_rng};
+use oncekv_server::transport::NodeTransport;
+use oncekv_server::{Member, Node, NodeConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::check;
+use crate::disk::MemDisk;
+use crate::faults::{self, Action};
+use crate::net::{self, CLIENT_PORT, PEER_PORT};
+use crate::replicas::{ReplicaObserver, Replicas};
+use crate::trace::Trace;
+use crate::workload::{self, ClientPlan, History};
+
+/// Cluster time starts here (a fixed epoch, so traces do not depend on the wall clock).
+const EPOCH_MS: i64 = 1_700_000_000_000;
+
+/// Mechanisms the simulated server can be told to lose (to prove the checkers catch it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Breaks {
+    /// Rule 5 off: a duplicate is executed again.
+    pub dedup: bool,
+    /// `fdatasync` acknowledges without syncing.
+    pub fsync: bool,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub nodes: usize,
+    pub clients: usize,
+    pub ops_per_client: usize,
+    pub faults: bool,
+    /// Faults happen in `[1 s, fault_secs)`; everything is healed after.
+    pub fault_secs: u64,
+    /// Give up (liveness violation) after this much simulated time.
+    pub max_secs: u64,
+    pub breaks: Breaks,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            nodes: 3,
+            clients: 3,
+            ops_per_client: 40,
+            faults: true,
+            fault_secs: 20,
+            max_secs: 120,
+            breaks: Breaks::default(),
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+    pub trace_hash: u64,
+    pub sim_ms: u64,
+    pub calls: usize,
+    pub unknown: usize,
+    pub entries_observed: u64,
+    pub executions: u64,
+    pub expiries: u64,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Everything a node's host needs, cloned into its (re)start closure.
+#[derive(Clone)]
+struct NodeCtx {
+    index: usize,
+    members: Vec<Member>,
+    disk: Arc<MemDisk>,
+    observer: Arc<ReplicaObserver>,
+    clock_offset: Arc<AtomicI64>,
+    cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>>,
+    snapshot_count: u64,
+    settings: Settings,
+    trace: Trace,
+}
+
+fn node_name(i: usize) -> String {
+    format!("n{i}")
+}
+
+fn client_name(c: usize) -> String {
+    format!("c{c}")
+}
+
+async fn run_node(ctx: NodeCtx) -> turmoil::Result {
+    let name = node_name(ctx.index);
+    let ip = turmoil::lookup(name.as_str());
+    let offset = ctx.clock_offset.clone();
+    let clock = Clock::new(move || {
+        let now = turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as i64);
+        (EPOCH_MS + now + offset.load(Ordering::Relaxed)).max(0) as u64
+    });
+    let mut config = NodeConfig::new(
+        name.clone(),
+        PathBuf::from(format!("/data/{name}")),
+        SocketAddr::new(ip, CLIENT_PORT),
+        SocketAddr::new(ip, PEER_PORT),
+        ctx.members.clone(),
+    );
+    config.heartbeat_ms = 50;
+    config.election_timeout_ms = 300;
+    config.request_timeout = Duration::from_secs(2);
+    config.snapshot_count = ctx.snapshot_count;
+    config.settings = ctx.settings;
+    config.clock = clock;
+    config.disk = ctx.disk.clone();
+    config.observer = Some(ctx.observer.clone());
+    let transport = NodeTransport {
+        clients: net::listen(CLIENT_PORT).await?,
+        peers: net::listen(PEER_PORT).await?,
+        connector: net::connector(),
+    };
+    let node = Node::start_with_transport(config, transport)
+        .await
+        .map_err(|e| format!("{name} failed to start: {e}"))?;
+    ctx.trace.line(format!("{name} started"));
+    if let Some(slot) = lock(&ctx.cores).get_mut(ctx.index) {
+        *slot = Some(node.core.clone());
+    }
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `seed` once.
+pub fn run(seed: u64, opts: &Options) -> Report {
+    seed_thread_rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_f0ce_u64);
+    let trace = Trace::default();
+    let replicas = Replicas::shared();
+    let history: History = Arc::default();
+    let settings = Settings {
+        session_ttl_ms: 6_000,
+        ..Settings::default()
+    };
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .epoch(UNIX_EPOCH + Duration::from_millis(EPOCH_MS as u64))
+        .simulation_duration(Duration::from_secs(opts.max_secs))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(rng.gen_range(2..=25)))
+        .build();
+
+    let members: Vec<Member> = (0..opts.nodes)
+        .map(|i| Member {
+            name: node_name(i),
+            peer_url: format!("http://{}:{PEER_PORT}", node_name(i)),
+            client_url: format!("http://{}:{CLIENT_PORT}", node_name(i)),
+        })
+        .collect();
+    let cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>> =
+        Arc::new(Mutex::new(vec![None; opts.nodes]));
+    let snapshot_count = rng.gen_range(30..=300);
+    let mut disks = Vec::new();
+    let mut offsets = Vec::new();
+    for i in 0..opts.nodes {
+        let ctx = NodeCtx {
+            index: i,
+            members: members.clone(),
+            disk: Arc::new(MemDisk::new(opts.breaks.fsync)),
+            observer: Arc::new(ReplicaObserver {
+                node: i,
+                replicas: replicas.clone(),
+                break_dedup: opts.breaks.dedup,
+            }),
+            clock_offset: Arc::default(),
+            cores: cores.clone(),
+            snapshot_count,
+            settings,
+            trace: trace.clone(),
+        };
+        disks.push(ctx.disk.clone());
+        offsets.push(ctx.clock_offset.clone());
+        sim.host(node_name(i), move || run_node(ctx.clone()));
+    }
+    let faults_end = Duration::from_secs(if opts.faults { opts.fault_secs } else { 0 });
+    let endpoints: Vec<String> = (0..opts.nodes)
+        .map(|i| format!("http://{}:{CLIENT_PORT}", node_name(i)))
+        .collect();
+    for c in 0..opts.clients {
+        let plan = ClientPlan {
+            index: c,
+            seed: rng.r#gen(),
+            ops: opts.ops_per_client,
+            endpoints: endpoints.clone(),
+            faults_end,
+            history: history.clone(),
+            trace: trace.clone(),
+        };
+        sim.client(client_name(c), workload::run(plan));
+    }
+
+    let schedule = if opts.faults {
+        faults::plan(
+            &mut rng,
+            opts.nodes,
+            opts.clients,
+            settings.session_ttl_ms,
+            faults_end.as_millis() as u64,
+        )
+    } else {
+        Vec::new()
+    };
+    let mut world = World {
+        nodes: opts.nodes,
+        clients: opts.clients,
+        crashed: vec![false; opts.nodes],
+        disks,
+        offsets,
+        cores,
+        trace: trace.clone(),
+    };
+    let mut violations = Vec::new();
+    let mut next = 0;
+    loop {
+        let now = sim.elapsed().as_millis() as u64;
+        while next < schedule.len() && schedule[next].at_ms <= now {
+            world.apply(&mut sim, &schedule[next].action, &mut rng);
+            next += 1;
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                violations.push(format!(
+                    "liveness or host failure at {} ms: {e}",
+                    sim.elapsed().as_millis()
+                ));
+                break;
+            }
+        }
+    }
+    let sim_ms = sim.elapsed().as_millis() as u64;
+    drop(sim);
+    drop(world);
+
+    let history = lock(&history).clone();
+    let replicas = lock(&replicas);
+    violations.extend(replicas.violations.iter().cloned());
+    violations.extend(check::history(&history, opts.clients));
+    trace.at(
+        u128::from(sim_ms),
+        format!(
+            "end: applied {:?}, {} entries observed, {} indexes hashed",
+            replicas.applied,
+            replicas.observed,
+            replicas.hashed_indexes()
+        ),
+    );
+    Report {
+        seed,
+        violations,
+        trace_hash: trace.hash(),
+        trace: trace.lines(),
+        sim_ms,
+        calls: history.len(),
+        unknown: history
+            .iter()
+            .filter(|e| e.outcome == workload::Outcome::Unknown)
+            .count(),
+        entries_observed: replicas.observed,
+        executions: replicas.executions,
+        expiries: replicas.expiries,
+    }
+}
+
+/// The driver's handle on the simulated world between steps.
+struct World {
+    nodes: usize,
+    clients: usize,
+    crashed: Vec<bool>,
+    disks: Vec<Arc<MemDisk>>,
+    offsets: Vec<Arc<AtomicI64>>,
+    cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>>,
+    trace: Trace,
+}
+
+impl World {
+    fn leader(&self) -> Option<usize> {
+        let cores = lock(&self.cores);
+        cores
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+            .filter(|(i, c)| !self.crashed[*i] && c.leader() == Some(c.id))
+            .max_by_key(|(_, c)| c.term())
+            .map(|(i, _)| i)
+    }
+
+    fn all_hosts(&self) -> Vec<String> {
+        (0..self.nodes)
+            .map(node_name)
+            .chain((0..self.clients).map(client_name))
+            .collect()
+    }
+
+    fn apply(&mut self, sim: &mut turmoil::Sim<'_>, action: &Action, rng: &mut StdRng) {
+        let now = sim.elapsed().as_millis();
+        let mut note = format!("fault {action:?}");
+        match action {
+            Action::Partition { side, drop } => {
+                for &a in side {
+                    for b in (0..self.nodes).filter(|b| !side.contains(b)) {
+                        if *drop {
+                            sim.partition(node_name(a), node_name(b));
+                        } else {
+                            sim.hold(node_name(a), node_name(b));
+                        }
+                    }
+                }
+            }
+            Action::OneWay { from, to } => sim.partition_oneway(node_name(*from), node_name(*to)),
+            Action::IsolateLeader => match self.leader() {
+                Some(l) => {
+                    note = format!("fault IsolateLeader n{l}");
+                    // Dropped between nodes (peers detect the dead connection by their
+                    // keep-alive); held towards clients, whose replies arrive late.
+                    for n in (0..self.nodes).filter(|n| *n != l) {
+                        sim.partition(node_name(l), node_name(n));
+                    }
+                    for c in 0..self.clients {
+                        sim.hold(node_name(l), client_name(c));
+                    }
+                }
+                None => note = "fault IsolateLeader (no leader)".to_string(),
+            },
+            Action::Hold { a, b } => sim.hold(node_name(*a), node_name(*b)),
+            Action::Lossy { rate_per_mille } => {
+                sim.set_fail_rate(f64::from(*rate_per_mille) / 1000.0);
+            }
+            Action::Crash { node } => {
+                if !self.crashed[*node] {
+                    sim.crash(node_name(*node));
+                    let lost = self.disks[*node].crash(rng);
+                    self.crashed[*node] = true;
+                    if let Some(slot) = lock(&self.cores).get_mut(*node) {
+                        *slot = None;
+                    }
+                    note = format!("fault Crash n{node}, lost {lost} unsynced bytes");
+                }
+            }
+            Action::ClockJump { node, by_ms } => {
+                self.offsets[*node].fetch_add(*by_ms, Ordering::Relaxed);
+            }
+            Action::PauseClient { client } => {
+                for n in 0..self.nodes {
+                    sim.hold(client_name(*client), node_name(n));
+                }
+            }
+            Action::Heal => {
+                sim.set_fail_rate(0.0);
+                let hosts = self.all_hosts();
+                for (i, a) in hosts.iter().enumerate() {
+                    for b in &hosts[i + 1..] {
+                        sim.release(a.as_str(), b.as_str());
+                    }
+                }
+                for n in 0..self.nodes {
+                    if self.crashed[n] {
+                        sim.bounce(node_name(n));
+                        self.crashed[n] = false;
+                    }
+                }
+            }
+        }
+        self.trace.at(now, note);
+    }
+}
