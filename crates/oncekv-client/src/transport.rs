@@ -70,9 +70,14 @@ pub(crate) fn endpoint(url: &str, config: &ClientConfig) -> Result<Endpoint, Err
             reason: "no host".into(),
         });
     }
+    // HTTP/2 pings notice a connection that went silent (a dead member, a dropped path)
+    // instead of waiting on it until each request's own timeout.
     Ok(endpoint
         .connect_timeout(config.connect_timeout)
-        .tcp_nodelay(true))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(std::time::Duration::from_secs(5))
+        .keep_alive_timeout(std::time::Duration::from_secs(5))
+        .keep_alive_while_idle(false))
 }
 
 impl Transport {

@@ -471,6 +471,7 @@ impl Node {
             applied.clone(),
             config.batch,
             config.clock.clone(),
+            config.request_timeout,
         );
         let core = Arc::new(NodeCore {
             id,
@@ -531,11 +532,14 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tokio::time::sleep(period) => {}
         }
+        // Waiters past their deadline fail with Timeout, on every member: in-flight
+        // retries and reads waiting for the applied index.
+        let now = tokio::time::Instant::now().into_std();
+        core.in_flight.expire(now);
+        core.applied.waiters().expire(now);
         if core.leader() != Some(core.id) {
             continue;
         }
-        core.in_flight
-            .expire(tokio::time::Instant::now().into_std());
         let due = core
             .applied
             .read()

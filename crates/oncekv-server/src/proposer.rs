@@ -84,9 +84,18 @@ impl Default for BatchLimits {
 
 impl Proposer {
     /// Starts the batching task for `raft`.
-    pub fn spawn(raft: Raft, applied: Arc<Applied>, limits: BatchLimits, clock: Clock) -> Proposer {
+    /// Starts the batching task for `raft`. An entry still unanswered after `timeout` is
+    /// given up on (its callers get `Timeout`), so that a leader deposed with entries in
+    /// flight cannot hold the in-flight slots forever.
+    pub fn spawn(
+        raft: Raft,
+        applied: Arc<Applied>,
+        limits: BatchLimits,
+        clock: Clock,
+        timeout: Duration,
+    ) -> Proposer {
         let (tx, rx) = mpsc::channel(64 * 1024);
-        tokio::spawn(run(raft, applied, rx, limits, clock));
+        tokio::spawn(run(raft, applied, rx, limits, clock, timeout));
         Proposer { tx }
     }
 
@@ -130,6 +139,7 @@ async fn run(
     mut rx: mpsc::Receiver<Pending>,
     limits: BatchLimits,
     clock: Clock,
+    timeout: Duration,
 ) {
     let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
     let mut last_stamp = 0u64;
@@ -172,8 +182,12 @@ async fn run(
         };
         let raft = raft.clone();
         tokio::spawn(async move {
-            let result = raft.client_write(payload).await;
+            let result = tokio::time::timeout(timeout, raft.client_write(payload)).await;
             drop(permit);
+            let result = match result {
+                Ok(r) => r.map_err(propose_error),
+                Err(_) => Err(ProposeError::Timeout),
+            };
             match result {
                 Ok(resp) => {
                     let mut responses = resp.data.0.into_iter();
@@ -186,8 +200,7 @@ async fn run(
                         let _ = reply.send(r);
                     }
                 }
-                Err(e) => {
-                    let err = propose_error(e);
+                Err(err) => {
                     for reply in replies {
                         let _ = reply.send(Err(err.clone()));
                     }
