@@ -163,3 +163,58 @@ async fn session_expiring_while_a_write_is_in_flight_is_outcome_unknown() {
         "{stats:?}"
     );
 }
+
+/// Records what expired on one member, and at which log index.
+#[derive(Debug, Default)]
+struct ExpiryRecorder(std::sync::Mutex<Vec<oncekv_core::Expired>>);
+
+impl oncekv_server::sm_store::ApplyObserver for ExpiryRecorder {
+    fn prepare(&self, sm: &mut oncekv_core::StateMachine) {
+        sm.record_expiries(true);
+    }
+
+    fn applied(&self, sm: &mut oncekv_core::StateMachine) {
+        let mut log = self.0.lock().unwrap();
+        log.extend(sm.take_expired());
+    }
+}
+
+// Expiry is decided by cluster time in the log, so every replica must drop an idle session
+// while applying the same entry; otherwise replicas could answer a retry differently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_expires_on_every_replica_at_the_same_log_index() {
+    let recorders: Vec<std::sync::Arc<ExpiryRecorder>> =
+        (0..3).map(|_| Default::default()).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let cluster = TestCluster::start(3, |c| {
+        c.settings.session_ttl_ms = 1_000;
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        c.observer = Some(recorders[i].clone());
+    })
+    .await;
+    cluster.wait_leader(LEADER_WAIT).await;
+    let mut config = ClientConfig::default();
+    config.keep_alive = false;
+    let client = Client::connect(cluster.endpoints(), config).unwrap();
+    client.put("k", "v").await.unwrap();
+    let id = client.session_id().unwrap();
+
+    let expired_at = |r: &ExpiryRecorder| {
+        r.0.lock().unwrap().iter().find_map(|e| match e {
+            oncekv_core::Expired::Session { index, client_id } if *client_id == id => Some(*index),
+            _ => None,
+        })
+    };
+    cluster
+        .wait_for(
+            "the session to expire everywhere",
+            Duration::from_secs(10),
+            |_| recorders.iter().all(|r| expired_at(r).is_some()),
+        )
+        .await;
+    let indexes: Vec<_> = recorders.iter().map(|r| expired_at(r).unwrap()).collect();
+    assert!(
+        indexes.iter().all(|i| *i == indexes[0]),
+        "expired at different log indexes: {indexes:?}"
+    );
+}
