@@ -19,6 +19,7 @@
 #     etcd as in oncekv); "leader" sends only to the leader; "all leader" runs both.
 #   KEEP=1 keeps the temporary directory (logs, per-run JSON) for inspection.
 #   ONCEKV_BIN=path: use this oncekv binary instead of building one.
+#   ONCEKV_DEV_ARGS="...": extra flags for `oncekv dev` (e.g. --max-inflight-entries 1).
 #
 # Throughput on a small shared machine depends on what else runs (fsync latency above
 # all): compare the two systems within a round, and look at the load average column.
@@ -140,7 +141,8 @@ start_etcd() { # start_etcd DIR
 start_oncekv() { # start_oncekv DIR
     local dir=$1 attempt
     mkdir -p "$dir"
-    "$BIN" dev --data-dir "$dir/data" >"$dir/out" 2>"$dir/log" &
+    # shellcheck disable=SC2086 # ONCEKV_DEV_ARGS is a list of flags
+    "$BIN" dev --data-dir "$dir/data" ${ONCEKV_DEV_ARGS:-} >"$dir/out" 2>"$dir/log" &
     SERVER_PIDS+=($!)
     for attempt in $(seq 300); do
         grep -q ready "$dir/out" 2>/dev/null && break

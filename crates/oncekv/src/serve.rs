@@ -57,6 +57,11 @@ pub struct Tuning {
     /// How many requests an exactly-once session may have outstanding.
     #[arg(long, default_value_t = 128)]
     pub session_window: u64,
+    /// Log entries the leader proposes before the earlier ones are answered. Requests
+    /// that arrive meanwhile are batched into the next entry, so fewer entries in flight
+    /// means bigger batches and fewer fsyncs.
+    #[arg(long, default_value_t = oncekv_server::proposer::BatchLimits::default().max_in_flight)]
+    pub max_inflight_entries: usize,
 }
 
 impl Tuning {
@@ -71,6 +76,7 @@ impl Tuning {
             window: self.session_window,
             ..Settings::default()
         };
+        config.batch.max_in_flight = self.max_inflight_entries.max(1);
         config.request_timeout =
             Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
     }
