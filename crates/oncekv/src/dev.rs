@@ -118,7 +118,19 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
         })
         .collect();
     let mut nodes = Vec::new();
+    // Bind every port before any member starts, so no member's first vote requests meet a
+    // peer that is not listening yet.
+    let mut listeners = Vec::new();
     for (name, c, p) in &layout {
+        let bind = |port: u16| async move {
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("member {name}: listening on {addr}: {e}"))
+        };
+        listeners.push((bind(*c).await?, bind(*p).await?));
+    }
+    for ((name, c, p), (client, peer)) in layout.iter().zip(listeners) {
         let mut config = NodeConfig::new(
             name,
             dir.join(name),
@@ -128,7 +140,7 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
         );
         args.tuning.apply(&mut config);
         nodes.push(
-            Node::start(config)
+            Node::start_with_listeners(config, client, peer)
                 .await
                 .map_err(|e| format!("member {name}: {e}"))?,
         );
