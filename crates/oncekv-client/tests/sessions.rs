@@ -193,8 +193,10 @@ async fn idle_session_expires_on_every_replica_at_the_same_log_index() {
     })
     .await;
     cluster.wait_leader(LEADER_WAIT).await;
-    let mut config = ClientConfig::default();
-    config.keep_alive = false;
+    let config = ClientConfig {
+        keep_alive: false,
+        ..ClientConfig::default()
+    };
     let client = Client::connect(cluster.endpoints(), config).unwrap();
     client.put("k", "v").await.unwrap();
     let id = client.session_id().unwrap();
