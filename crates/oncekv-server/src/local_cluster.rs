@@ -182,3 +182,114 @@ fn local_addr(l: &TcpListener) -> Result<SocketAddr, StartError> {
         source,
     })
 }
+
+/// A [`LocalCluster`] in its own temporary directory with test timings, whose waits panic
+/// instead of returning: the integration tests' cluster (server and client crates alike).
+/// For tests only: every method that can fail panics with a message saying what failed.
+#[derive(Debug)]
+pub struct TempCluster {
+    pub dir: tempfile::TempDir,
+    pub inner: LocalCluster,
+}
+
+impl std::ops::Deref for TempCluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.inner
+    }
+}
+
+impl std::ops::DerefMut for TempCluster {
+    fn deref_mut(&mut self) -> &mut LocalCluster {
+        &mut self.inner
+    }
+}
+
+#[allow(clippy::expect_used, clippy::panic)]
+impl TempCluster {
+    /// Starts `n` members with [`LocalCluster::fast_timings`]; `tweak` adjusts each config.
+    pub async fn start(n: usize, tweak: impl Fn(&mut NodeConfig)) -> TempCluster {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let inner = LocalCluster::start(n, dir.path(), |c| {
+            LocalCluster::fast_timings(c);
+            tweak(c)
+        })
+        .await
+        .expect("the cluster starts");
+        TempCluster { dir, inner }
+    }
+
+    /// Member `i`, which must be running.
+    pub fn node(&self, i: usize) -> &Node {
+        self.inner.get(i).expect("member is running")
+    }
+
+    /// Restarts member `i`, which must be stopped.
+    pub async fn restart(&mut self, i: usize) {
+        assert!(self.inner.get(i).is_none(), "member {i} is still running");
+        self.inner.restart(i).await.expect("the member restarts");
+    }
+
+    /// Waits for a leader the running members agree on.
+    pub async fn wait_leader(&self, timeout: Duration) -> usize {
+        match self.inner.wait_leader(timeout).await {
+            Some(i) => i,
+            None => {
+                let leaders: Vec<_> = self.running().map(|(_, n)| n.core.leader()).collect();
+                panic!("no agreed leader within {timeout:?}: {leaders:?}")
+            }
+        }
+    }
+
+    /// Waits until every running member has applied at least `index`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) {
+        if !self.inner.wait_applied(index, timeout).await {
+            let applied: Vec<u64> = self
+                .running()
+                .map(|(_, n)| n.core.applied.read().sm.applied_index())
+                .collect();
+            panic!("not applied to {index} within {timeout:?}: {applied:?}");
+        }
+    }
+
+    /// Waits until `cond` holds.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&TempCluster) -> bool,
+    ) {
+        let start = Instant::now();
+        while !cond(self) {
+            assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// How many sessions member `i` holds.
+    pub fn sessions(&self, i: usize) -> usize {
+        self.node(i).core.applied.read().sm.sessions().len()
+    }
+
+    /// Whether member `i` holds session `client_id`.
+    pub fn has_session(&self, i: usize, client_id: u64) -> bool {
+        self.node(i)
+            .core
+            .applied
+            .read()
+            .sm
+            .sessions()
+            .get(client_id)
+            .is_some()
+    }
+
+    /// An etcd KV client connected to member `i`.
+    pub async fn kv(
+        &self,
+        i: usize,
+    ) -> crate::pb::etcdserverpb::kv_client::KvClient<tonic::transport::Channel> {
+        crate::pb::etcdserverpb::kv_client::KvClient::connect(self.endpoint(i))
+            .await
+            .expect("connects to the member")
+    }
+}

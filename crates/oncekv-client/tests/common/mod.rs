@@ -3,97 +3,13 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::ops::{Deref, DerefMut};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oncekv_server::fault_proxy::FaultProxy;
-use oncekv_server::local_cluster::LocalCluster;
-use oncekv_server::{Node, NodeConfig};
 
 pub const LEADER_WAIT: Duration = Duration::from_secs(10);
 
-/// A [`LocalCluster`] in a temporary directory with test-friendly timings, whose waits
-/// fail the test instead of returning.
-pub struct TestCluster {
-    pub dir: tempfile::TempDir,
-    pub inner: LocalCluster,
-}
-
-impl Deref for TestCluster {
-    type Target = LocalCluster;
-    fn deref(&self) -> &LocalCluster {
-        &self.inner
-    }
-}
-
-impl DerefMut for TestCluster {
-    fn deref_mut(&mut self) -> &mut LocalCluster {
-        &mut self.inner
-    }
-}
-
-impl TestCluster {
-    /// Starts `n` members (heartbeat 50 ms, election timeout 500 ms); `tweak` adjusts every
-    /// member's config (e.g. the replicated session TTL).
-    pub async fn start(n: usize, tweak: impl Fn(&mut NodeConfig)) -> TestCluster {
-        let dir = tempfile::tempdir().unwrap();
-        let inner = LocalCluster::start(n, dir.path(), |c| {
-            LocalCluster::fast_timings(c);
-            tweak(c)
-        })
-        .await
-        .unwrap();
-        TestCluster { dir, inner }
-    }
-
-    pub fn node(&self, i: usize) -> &Node {
-        self.inner.get(i).expect("member is running")
-    }
-
-    pub async fn restart(&mut self, i: usize) {
-        assert!(self.inner.get(i).is_none(), "member {i} is still running");
-        self.inner.restart(i).await.unwrap();
-    }
-
-    /// Waits for a leader that every running member agrees on.
-    pub async fn wait_leader(&self, timeout: Duration) -> usize {
-        self.inner
-            .wait_leader(timeout)
-            .await
-            .expect("no agreed leader in time")
-    }
-
-    /// How many sessions member `i` holds.
-    pub fn sessions(&self, i: usize) -> usize {
-        self.node(i).core.applied.read().sm.sessions().len()
-    }
-
-    /// Whether member `i` holds session `client_id`.
-    pub fn has_session(&self, i: usize, client_id: u64) -> bool {
-        self.node(i)
-            .core
-            .applied
-            .read()
-            .sm
-            .sessions()
-            .get(client_id)
-            .is_some()
-    }
-
-    /// Waits until `cond` holds, failing the test after `timeout`.
-    pub async fn wait_for(
-        &self,
-        what: &str,
-        timeout: Duration,
-        cond: impl Fn(&TestCluster) -> bool,
-    ) {
-        let start = Instant::now();
-        while !cond(self) {
-            assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
+pub use oncekv_server::local_cluster::TempCluster as TestCluster;
 
 /// The project's fault proxy in front of one member, as the tests use it: requests pass,
 /// replies can be swallowed (the request still runs on the server).
