@@ -514,8 +514,14 @@ impl Node {
     /// Stops serving and shuts raft down (what is acknowledged is already durable).
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            let _ = t.await;
+        // The servers stop gracefully (in-flight requests finish), but a client that keeps
+        // a connection open must not hold the shutdown forever.
+        let grace = self.core.config.request_timeout;
+        for mut t in self.tasks {
+            if tokio::time::timeout(grace, &mut t).await.is_err() {
+                tracing::warn!("a server task did not stop within {grace:?}; aborting it");
+                t.abort();
+            }
         }
         if let Err(e) = self.core.raft.shutdown().await {
             tracing::warn!("raft shutdown: {e}");

@@ -165,9 +165,12 @@ async fn workload(
         leases: AtomicU64::new(0),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
+    let total_ops = args.clients * (args.puts + args.leases);
     let killer = tokio::spawn(kill_leaders(
         cluster.clone(),
         args.leader_kills,
+        progress.clone(),
+        total_ops,
         stop_rx.clone(),
     ));
     let reporter = tokio::spawn(report_progress(
@@ -296,18 +299,25 @@ async fn client_workload(
     o
 }
 
-/// Kills the leader `kills` times, spread over the run; each stays down until the others
-/// have elected a new leader, then restarts. Returns how many times the leader changed.
+/// Kills the leader `kills` times, evenly spread over the workload's progress (so the
+/// kills land mid-run however fast the machine is); each stays down until the others have
+/// elected a new leader, then restarts. Returns how many times the leader changed.
 async fn kill_leaders(
     cluster: Arc<Mutex<LocalCluster>>,
     kills: u64,
+    progress: Arc<Progress>,
+    total_ops: u64,
     mut stop: watch::Receiver<bool>,
 ) -> u64 {
     let mut changes = 0;
-    for _ in 0..kills {
-        tokio::select! {
-            _ = stop.changed() => break,
-            _ = tokio::time::sleep(Duration::from_millis(1500)) => {}
+    for k in 0..kills {
+        let due = total_ops * (k + 1) / (kills + 1);
+        while progress.puts.load(Ordering::Relaxed) + progress.leases.load(Ordering::Relaxed) < due
+        {
+            tokio::select! {
+                _ = stop.changed() => return changes,
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
         }
         let mut c = cluster.lock().await;
         let Some(old) = c.leader() else { continue };
