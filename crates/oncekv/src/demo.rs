@@ -210,8 +210,7 @@ async fn workload(
             .await
             .map_err(|e| format!("restarting member {i}: {e}"))?;
     }
-    let leader = c
-        .wait_leader(Duration::from_secs(10))
+    c.wait_leader(Duration::from_secs(10))
         .await
         .ok_or("no leader after the run")?;
     let checker =
@@ -259,7 +258,6 @@ async fn workload(
         .map(|(_, n)| n.core.applied.read().sm.stats().duplicates)
         .max()
         .unwrap_or(0);
-    let _ = leader;
     drop(c);
     if let Ok(c) = Arc::try_unwrap(cluster) {
         c.into_inner().shutdown().await;
