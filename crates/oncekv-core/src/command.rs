@@ -296,7 +296,7 @@ pub struct OpReply {
 }
 
 /// etcd's answers for a request the store refuses. Messages match etcd's.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum OpError {
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,

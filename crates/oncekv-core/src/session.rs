@@ -6,19 +6,34 @@
 //! `shared/DESIGN.md` section 2; the caller applies the op and hands the response to
 //! [`SessionTable::save`] (rule 7).
 //!
+//! The table is laid out for 1 M sessions and more, far beyond the CPU caches: each
+//! session is one 64-byte record that is also its hash-table bucket (`session/slots.rs`),
+//! and it keeps its newest saved response inline when that fits in 16 bytes
+//! (`session/saved.rs`). Checking a request then usually reads one cache line, and saving
+//! the reply of a client that waits for each answer allocates nothing.
+//!
 //! Expiry uses a *lazy* deadline index: each session has one `(indexed_time, client_id)`
 //! entry with `indexed_time <= last_active`. Refreshing a session only writes its
 //! `last_active` (nothing on the hot path touches the index); when an index entry comes due
 //! the session is either removed (it really is idle) or re-indexed at its true
 //! `last_active`. Expiry therefore costs O(log n) per due entry and never scans the table.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
+use std::num::NonZeroU64;
 
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::command::OpReply;
+
+mod saved;
+mod slots;
+
+use saved::Saved;
+use slots::Slots;
 
 /// A session's 128-bit secret. Drawn at random by the leader and stored in the log, so every
 /// replica holds the same one. `Debug` does not print it.
@@ -72,22 +87,36 @@ pub enum SessionError {
     WindowExceeded { seq: u64, limit: u64 },
 }
 
-/// One client's session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One client's session: a single 64-byte record (`session/slots.rs`, `session/saved.rs`).
+#[derive(Debug, Clone)]
 pub struct Session {
+    client_id: u64,
     secret: Secret,
     /// Every seq below this has been acknowledged by the client (its `first_incomplete`).
-    acked_below: u64,
+    acked_below: NonZeroU64,
     /// Cluster time of the last executed command or keep-alive.
     last_active: u64,
-    /// Saved responses, strictly increasing by seq, every seq in
-    /// `[acked_below, acked_below + window)`.
-    saved: Vec<(u64, OpReply)>,
+    /// Saved responses, every seq in `[acked_below, acked_below + window)`.
+    saved: Saved,
 }
 
 impl Session {
+    fn new(client_id: u64, secret: Secret, now: u64) -> Session {
+        Session {
+            client_id,
+            secret,
+            acked_below: NonZeroU64::MIN,
+            last_active: now,
+            saved: Saved::default(),
+        }
+    }
+
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
     pub fn acked_below(&self) -> u64 {
-        self.acked_below
+        self.acked_below.get()
     }
 
     pub fn last_active(&self) -> u64 {
@@ -95,8 +124,81 @@ impl Session {
     }
 
     /// The saved responses, by seq.
-    pub fn saved(&self) -> &[(u64, OpReply)] {
-        &self.saved
+    pub fn saved(&self) -> Vec<(u64, OpReply)> {
+        self.saved
+            .iter()
+            .map(|(seq, reply)| (seq, reply.into_owned()))
+            .collect()
+    }
+
+    /// The saved response of `seq`, if any.
+    pub fn saved_reply(&self, seq: u64) -> Option<Cow<'_, OpReply>> {
+        self.saved.get(seq)
+    }
+}
+
+/// Sessions compare by content (the saved responses' placement is not content).
+impl PartialEq for Session {
+    fn eq(&self, other: &Session) -> bool {
+        self.client_id == other.client_id
+            && self.secret == other.secret
+            && self.acked_below == other.acked_below
+            && self.last_active == other.last_active
+            && self.saved == other.saved
+    }
+}
+
+impl Eq for Session {}
+
+/// The snapshot form, unchanged since the first image format: `secret`, `acked_below`,
+/// `last_active`, then the saved `(seq, reply)` pairs by seq. The client id is not part of
+/// it (the image pairs it with the session).
+impl Serialize for Session {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        struct SavedImage<'a>(&'a Saved);
+        impl Serialize for SavedImage<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(self.0.iter())
+            }
+        }
+        let mut image = serializer.serialize_struct("Session", 4)?;
+        image.serialize_field("secret", &self.secret)?;
+        image.serialize_field("acked_below", &self.acked_below.get())?;
+        image.serialize_field("last_active", &self.last_active)?;
+        image.serialize_field("saved", &SavedImage(&self.saved))?;
+        image.end()
+    }
+}
+
+/// Owned twin of [`Session`]'s snapshot form, for decoding.
+#[derive(Deserialize)]
+#[serde(rename = "Session")]
+struct SessionImage {
+    secret: Secret,
+    acked_below: u64,
+    last_active: u64,
+    saved: Vec<(u64, OpReply)>,
+}
+
+impl TryFrom<SessionImage> for Session {
+    type Error = String;
+
+    fn try_from(image: SessionImage) -> Result<Session, String> {
+        Ok(Session {
+            // Set by `SessionTable::from_sessions` from the image's pairing.
+            client_id: 0,
+            secret: image.secret,
+            acked_below: NonZeroU64::new(image.acked_below).ok_or("acked_below is 0")?,
+            last_active: image.last_active,
+            saved: Saved::from_sorted(image.saved)?,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Session {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Session, D::Error> {
+        let image = SessionImage::deserialize(deserializer)?;
+        Session::try_from(image).map_err(serde::de::Error::custom)
     }
 }
 
@@ -114,8 +216,9 @@ pub struct RequestId {
 pub enum Verdict<'a> {
     /// Rule 7: apply the op, then call [`SessionTable::save`] with its reply.
     Execute,
-    /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing.
-    Duplicate(&'a OpReply),
+    /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing. (Owned
+    /// when it was packed inline: rebuilding it from 16 bytes allocates nothing.)
+    Duplicate(Cow<'a, OpReply>),
     /// Rules 1, 2, 4, 6: not applied.
     Reject(SessionError),
 }
@@ -123,7 +226,7 @@ pub enum Verdict<'a> {
 /// All sessions, with their deadline index.
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
-    sessions: FxHashMap<u64, Session>,
+    sessions: Slots,
     /// Lazy: `(t, id)` with `t <= sessions[id].last_active`; stale entries of closed
     /// sessions are dropped when they come due.
     by_activity: BTreeSet<(u64, u64)>,
@@ -135,32 +238,25 @@ impl SessionTable {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.sessions.is_empty()
+        self.sessions.len() == 0
     }
 
     pub fn get(&self, client_id: u64) -> Option<&Session> {
-        self.sessions.get(&client_id)
+        self.sessions.get(client_id)
     }
 
     /// Sessions in client-id order (for snapshots and comparisons).
     pub fn sorted(&self) -> Vec<(u64, &Session)> {
-        let mut all: Vec<_> = self.sessions.iter().map(|(id, s)| (*id, s)).collect();
+        let mut all: Vec<_> = self.sessions.iter().map(|s| (s.client_id, s)).collect();
         all.sort_unstable_by_key(|(id, _)| *id);
         all
     }
 
     /// Creates a session; `false` (and nothing changes) if `client_id` is taken.
     pub fn register(&mut self, client_id: u64, secret: Secret, now: u64) -> bool {
-        if self.sessions.contains_key(&client_id) {
+        if !self.sessions.insert(Session::new(client_id, secret, now)) {
             return false;
         }
-        let session = Session {
-            secret,
-            acked_below: 1,
-            last_active: now,
-            saved: Vec::new(),
-        };
-        self.sessions.insert(client_id, session);
         self.by_activity.insert((now, client_id));
         true
     }
@@ -180,18 +276,18 @@ impl SessionTable {
     /// Removes the session and its saved responses after checking the secret.
     pub fn close(&mut self, client_id: u64, secret: Secret) -> Result<(), SessionError> {
         Self::authenticate(&mut self.sessions, client_id, secret)?;
-        self.sessions.remove(&client_id);
+        self.sessions.remove(client_id);
         Ok(())
     }
 
     fn authenticate(
-        sessions: &mut FxHashMap<u64, Session>,
+        sessions: &mut Slots,
         client_id: u64,
         secret: Secret,
     ) -> Result<&mut Session, SessionError> {
         // Rule 1, then rule 2 (which reveals nothing about the session).
         let session = sessions
-            .get_mut(&client_id)
+            .get_mut(client_id)
             .ok_or(SessionError::SessionExpired { client_id })?;
         if session.secret != secret {
             return Err(SessionError::PermissionDenied { client_id });
@@ -202,35 +298,36 @@ impl SessionTable {
     /// Rules 1–6 for a tracked command, in order. On [`Verdict::Execute`] the caller MUST
     /// apply the op and then call [`save`](Self::save) with the same `client_id` and `seq`
     /// before applying anything else for this session.
+    ///
+    /// Reads one cache line (the session record) unless the client id collides in the
+    /// table, or the seq is a duplicate whose reply did not fit inline, or the client has
+    /// several saved responses and this request acknowledges some or is below the newest.
     pub fn check(&mut self, req: RequestId, window: u64) -> Verdict<'_> {
         let session = match Self::authenticate(&mut self.sessions, req.client_id, req.secret) {
             Ok(session) => session,
             Err(e) => return Verdict::Reject(e),
         };
         // Rule 3: the client no longer needs responses below `first_incomplete`.
-        if req.first_incomplete > session.acked_below {
-            session.acked_below = req.first_incomplete;
-            let keep_from = session
-                .saved
-                .partition_point(|(seq, _)| *seq < req.first_incomplete);
-            session.saved.drain(..keep_from);
+        if let Some(first_incomplete) = NonZeroU64::new(req.first_incomplete)
+            && first_incomplete > session.acked_below
+        {
+            session.acked_below = first_incomplete;
+            session.saved.drop_below(first_incomplete.get());
         }
+        let acked_below = session.acked_below.get();
         // Rule 4.
-        if req.seq < session.acked_below {
+        if req.seq < acked_below {
             return Verdict::Reject(SessionError::Stale {
                 seq: req.seq,
-                acked_below: session.acked_below,
+                acked_below,
             });
         }
         // Rule 5.
-        if let Ok(i) = session
-            .saved
-            .binary_search_by_key(&req.seq, |(seq, _)| *seq)
-        {
-            return Verdict::Duplicate(&session.saved[i].1);
+        if let Some(saved) = session.saved.get(req.seq) {
+            return Verdict::Duplicate(saved);
         }
         // Rule 6: bounded memory without ever dropping a response the client may need.
-        let limit = session.acked_below.saturating_add(window);
+        let limit = acked_below.saturating_add(window);
         if req.seq >= limit {
             return Verdict::Reject(SessionError::WindowExceeded {
                 seq: req.seq,
@@ -242,24 +339,16 @@ impl SessionTable {
 
     /// Rule 7's tail: saves `reply` for `seq` and marks the session active at `now`.
     /// Call only after [`check`](Self::check) answered [`Verdict::Execute`] for this seq.
-    pub fn save(&mut self, client_id: u64, seq: u64, reply: OpReply, now: u64) {
-        let Some(session) = self.sessions.get_mut(&client_id) else {
+    /// Copies `reply` only if it does not fit in the session record.
+    pub fn save(&mut self, client_id: u64, seq: u64, reply: &OpReply, now: u64) {
+        let Some(session) = self.sessions.get_mut(client_id) else {
             debug_assert!(false, "save() without a successful check()");
             return;
         };
         session.last_active = session.last_active.max(now);
-        match session.saved.last() {
-            Some((last, _)) if *last >= seq => {
-                let at = session.saved.partition_point(|(s, _)| *s < seq);
-                match session.saved.get_mut(at) {
-                    // Only reachable when a caller broke the contract above (the
-                    // simulation's `--break dedup`): keep the saved seqs unique.
-                    Some((s, saved)) if *s == seq => *saved = reply,
-                    _ => session.saved.insert(at, (seq, reply)),
-                }
-            }
-            _ => session.saved.push((seq, reply)),
-        }
+        // A seq already saved is only reachable when a caller broke the contract above
+        // (the simulation's `--break dedup`): its reply is replaced, seqs stay unique.
+        session.saved.insert(seq, reply);
     }
 
     /// Removes every session with `last_active + ttl < now`, returning their ids in the
@@ -271,11 +360,11 @@ impl SessionTable {
                 break;
             }
             self.by_activity.pop_first();
-            let Some(session) = self.sessions.get(&id) else {
+            let Some(session) = self.sessions.get(id) else {
                 continue; // closed earlier; its index entry was left behind
             };
             if session.last_active.saturating_add(ttl) < now {
-                self.sessions.remove(&id);
+                self.sessions.remove(id);
                 expired.push(id);
             } else {
                 self.by_activity.insert((session.last_active, id));
@@ -291,48 +380,44 @@ impl SessionTable {
             .map(|(t, _)| t.saturating_add(ttl).saturating_add(1))
     }
 
-    /// Rebuilds a table from sessions (restore from a snapshot).
-    pub fn from_sessions(sessions: impl IntoIterator<Item = (u64, Session)>) -> SessionTable {
+    /// Rebuilds a table from sessions (restore from a snapshot); each session takes the
+    /// client id it is paired with. `Err` if an id appears twice.
+    pub fn from_sessions(
+        sessions: impl IntoIterator<Item = (u64, Session)>,
+    ) -> Result<SessionTable, String> {
         let mut table = SessionTable::default();
-        for (id, session) in sessions {
-            table.by_activity.insert((session.last_active, id));
-            table.sessions.insert(id, session);
+        for (id, mut session) in sessions {
+            session.client_id = id;
+            let last_active = session.last_active;
+            if !table.sessions.insert(session) {
+                return Err(format!("session {id} appears twice"));
+            }
+            table.by_activity.insert((last_active, id));
         }
-        table
+        Ok(table)
     }
 
     /// Checks the invariants; `Err` names the first one broken.
     pub fn validate(&self, window: u64) -> Result<(), String> {
+        self.sessions.validate()?;
         let mut indexed: FxHashMap<u64, u64> = FxHashMap::default();
         for &(t, id) in &self.by_activity {
-            if self.sessions.contains_key(&id) && indexed.insert(id, t).is_some() {
+            if self.sessions.contains(id) && indexed.insert(id, t).is_some() {
                 return Err(format!("session {id} has two deadline-index entries"));
             }
         }
-        for (id, s) in &self.sessions {
-            match indexed.get(id) {
+        for s in self.sessions.iter() {
+            let id = s.client_id;
+            match indexed.get(&id) {
                 None => return Err(format!("session {id} is missing from the deadline index")),
                 Some(t) if *t > s.last_active => {
                     return Err(format!("session {id} indexed after its last activity"));
                 }
                 Some(_) => {}
             }
-            if s.acked_below == 0 {
-                return Err(format!("session {id}: acked_below is 0"));
-            }
-            let mut prev = None;
-            for (seq, _) in &s.saved {
-                if *seq < s.acked_below || *seq >= s.acked_below.saturating_add(window) {
-                    return Err(format!(
-                        "session {id}: saved seq {seq} outside [{}, {}+{window})",
-                        s.acked_below, s.acked_below
-                    ));
-                }
-                if prev.is_some_and(|p| p >= *seq) {
-                    return Err(format!("session {id}: saved seqs not strictly increasing"));
-                }
-                prev = Some(*seq);
-            }
+            s.saved
+                .validate(s.acked_below.get(), window)
+                .map_err(|e| format!("session {id}: {e}"))?;
         }
         Ok(())
     }

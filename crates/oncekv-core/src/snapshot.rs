@@ -74,7 +74,8 @@ impl StateMachine {
         let sm = StateMachine {
             kv: KvStore::from_parts(image.revision, image.kvs),
             leases: LeaseTable::from_leases(image.leases),
-            sessions: SessionTable::from_sessions(image.sessions),
+            sessions: SessionTable::from_sessions(image.sessions)
+                .map_err(SnapshotError::Invalid)?,
             settings: image.settings,
             applied_index: image.applied_index,
             cluster_time: image.cluster_time,

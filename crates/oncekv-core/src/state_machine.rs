@@ -173,7 +173,7 @@ impl StateMachine {
             }
             Verdict::Duplicate(saved) if !self.probe.break_dedup => {
                 self.stats.duplicates += 1;
-                return Ok(saved.clone());
+                return Ok(saved.into_owned());
             }
             Verdict::Duplicate(_) | Verdict::Execute => {}
         }
@@ -183,7 +183,7 @@ impl StateMachine {
         }
         let reply = self.execute(index, &t.op);
         self.sessions
-            .save(t.client_id, t.seq, reply.clone(), self.cluster_time);
+            .save(t.client_id, t.seq, &reply, self.cluster_time);
         Ok(reply)
     }
 

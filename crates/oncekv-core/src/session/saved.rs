@@ -1,0 +1,485 @@
+//! One session's saved responses, laid out for the common case.
+//!
+//! A client that waits for each reply before sending the next request has at most one
+//! saved response at a time, and most replies (a Put without `prev_kv`, a refusal, a
+//! lease revoke, a small delete) are just a revision and a tag. So the session keeps its
+//! *newest* saved seq inline, with that reply packed into 16 bytes when it fits, and puts
+//! everything else in a heap-allocated spill list that most sessions never have:
+//!
+//! - a new request (a seq above the newest saved one) is decided without leaving the
+//!   session's own cache line, whatever the spill holds;
+//! - a duplicate of the newest seq with a packable reply is answered from the same line;
+//! - saving a packable reply of a client with nothing else outstanding allocates nothing.
+//!
+//! Which entry is inline depends on history (the order seqs were saved and acknowledged),
+//! so equality and the snapshot image use only the logical content: the saved `(seq,
+//! reply)` pairs in seq order.
+
+use std::borrow::Cow;
+
+use crate::command::{DeleteRangeResponse, OpError, OpReply, OpResponse, PutResponse};
+
+/// How the reply of the newest saved seq is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `Ok(Put)` without `prev_kv`.
+    Put,
+    /// `Ok(LeaseRevoke)`.
+    LeaseRevoke,
+    /// `Ok(DeleteRange)` that deleted nothing (no `prev_kvs`).
+    DeletedNone,
+    /// `Ok(DeleteRange)` that deleted one key and did not ask for `prev_kvs`.
+    DeletedOne,
+    /// `Err(_)`: the store refused the op.
+    Refused(OpError),
+    /// Not packable: the reply is the spill's last entry.
+    Spilled,
+}
+
+/// Revisions below 2^56 are packed into 7 bytes (beyond that a reply is spilled).
+const PACKED_REVISION_LIMIT: i64 = 1 << 56;
+
+/// The newest saved seq and, unless [`Kind::Spilled`], its reply. 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Newest {
+    seq: u64,
+    /// Little-endian low 7 bytes of a revision in `[0, 2^56)`; zero when spilled.
+    revision: [u8; 7],
+    kind: Kind,
+}
+
+impl Newest {
+    /// The packed form of `reply` for `seq`, or `None` if it does not fit in 16 bytes.
+    fn pack(seq: u64, reply: &OpReply) -> Option<Newest> {
+        if !(0..PACKED_REVISION_LIMIT).contains(&reply.revision) {
+            return None;
+        }
+        let kind = match &reply.result {
+            Ok(OpResponse::Put(PutResponse { prev_kv: None })) => Kind::Put,
+            Ok(OpResponse::LeaseRevoke) => Kind::LeaseRevoke,
+            Ok(OpResponse::DeleteRange(DeleteRangeResponse { deleted, prev_kvs }))
+                if prev_kvs.is_empty() && (*deleted == 0 || *deleted == 1) =>
+            {
+                if *deleted == 0 {
+                    Kind::DeletedNone
+                } else {
+                    Kind::DeletedOne
+                }
+            }
+            Err(e) => Kind::Refused(*e),
+            Ok(_) => return None,
+        };
+        let [a, b, c, d, e, f, g, _] = reply.revision.to_le_bytes();
+        Some(Newest {
+            seq,
+            revision: [a, b, c, d, e, f, g],
+            kind,
+        })
+    }
+
+    fn spilled(seq: u64) -> Newest {
+        Newest {
+            seq,
+            revision: [0; 7],
+            kind: Kind::Spilled,
+        }
+    }
+
+    /// The reply [`pack`](Self::pack) was given; `None` when it is in the spill.
+    fn unpack(&self) -> Option<OpReply> {
+        let [a, b, c, d, e, f, g] = self.revision;
+        let revision = i64::from_le_bytes([a, b, c, d, e, f, g, 0]);
+        let deleted = |deleted| {
+            Ok(OpResponse::DeleteRange(DeleteRangeResponse {
+                deleted,
+                prev_kvs: Vec::new(),
+            }))
+        };
+        let result = match self.kind {
+            Kind::Put => Ok(OpResponse::Put(PutResponse { prev_kv: None })),
+            Kind::LeaseRevoke => Ok(OpResponse::LeaseRevoke),
+            Kind::DeletedNone => deleted(0),
+            Kind::DeletedOne => deleted(1),
+            Kind::Refused(e) => Err(e),
+            Kind::Spilled => return None,
+        };
+        Some(OpReply { revision, result })
+    }
+}
+
+/// Saved replies that are not inline: strictly increasing by seq, never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Spill {
+    entries: Vec<(u64, OpReply)>,
+}
+
+/// A session's saved responses (24 bytes inline).
+///
+/// Invariants (checked by [`validate`](Self::validate)): `newest` is `None` exactly when
+/// nothing is saved; `newest.seq` is the largest saved seq; the spill holds every other
+/// saved seq (and the newest one too when its reply is [`Kind::Spilled`], as its last
+/// entry), strictly increasing, and is `None` rather than empty.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Saved {
+    newest: Option<Newest>,
+    spill: Option<Box<Spill>>,
+}
+
+impl Saved {
+    /// The saved reply of `seq`. A seq above the newest saved one is answered without
+    /// touching the spill.
+    pub(crate) fn get(&self, seq: u64) -> Option<Cow<'_, OpReply>> {
+        let newest = self.newest.as_ref()?;
+        if seq > newest.seq {
+            return None;
+        }
+        if seq == newest.seq
+            && let Some(reply) = newest.unpack()
+        {
+            return Some(Cow::Owned(reply));
+        }
+        let spill = self.spill.as_deref()?;
+        let i = spill.entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+        spill.entries.get(i).map(|(_, reply)| Cow::Borrowed(reply))
+    }
+
+    /// Rule 3: forgets every reply below `first_incomplete`.
+    pub(crate) fn drop_below(&mut self, first_incomplete: u64) {
+        let Some(newest) = self.newest else {
+            return;
+        };
+        if newest.seq < first_incomplete {
+            self.newest = None;
+            self.spill = None;
+            return;
+        }
+        if let Some(spill) = &mut self.spill {
+            let keep_from = spill
+                .entries
+                .partition_point(|(seq, _)| *seq < first_incomplete);
+            if keep_from == spill.entries.len() {
+                self.spill = None;
+            } else {
+                spill.entries.drain(..keep_from);
+            }
+        }
+    }
+
+    /// Saves `reply` for `seq`, replacing a reply already saved for it (which only a
+    /// caller that broke [`SessionTable::check`](super::SessionTable::check)'s contract
+    /// can cause). Clones `reply` only when it cannot be packed inline.
+    pub(crate) fn insert(&mut self, seq: u64, reply: &OpReply) {
+        match self.newest {
+            Some(newest) if seq < newest.seq => self.spill_insert(seq, reply.clone()),
+            Some(newest) if seq == newest.seq => {
+                if newest.kind == Kind::Spilled {
+                    self.spill_pop();
+                }
+                self.set_newest(seq, reply);
+            }
+            Some(newest) => {
+                // The current newest becomes an ordinary older entry.
+                if let Some(older) = newest.unpack() {
+                    self.spill_insert(newest.seq, older);
+                }
+                self.set_newest(seq, reply);
+            }
+            None => self.set_newest(seq, reply),
+        }
+    }
+
+    fn set_newest(&mut self, seq: u64, reply: &OpReply) {
+        self.newest = Some(match Newest::pack(seq, reply) {
+            Some(packed) => packed,
+            None => {
+                self.spill_insert(seq, reply.clone());
+                Newest::spilled(seq)
+            }
+        });
+    }
+
+    fn spill_insert(&mut self, seq: u64, reply: OpReply) {
+        let spill = self.spill.get_or_insert_with(|| {
+            Box::new(Spill {
+                entries: Vec::with_capacity(2),
+            })
+        });
+        match spill.entries.binary_search_by_key(&seq, |(s, _)| *s) {
+            Ok(i) => {
+                if let Some(entry) = spill.entries.get_mut(i) {
+                    entry.1 = reply;
+                }
+            }
+            Err(i) => spill.entries.insert(i, (seq, reply)),
+        }
+    }
+
+    fn spill_pop(&mut self) {
+        if let Some(spill) = &mut self.spill {
+            spill.entries.pop();
+            if spill.entries.is_empty() {
+                self.spill = None;
+            }
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        let spilled = self.spill.as_ref().map_or(0, |s| s.entries.len());
+        let packed = self
+            .newest
+            .as_ref()
+            .and_then(Newest::unpack)
+            .map_or(0, |_| 1);
+        spilled + packed
+    }
+
+    /// Every saved `(seq, reply)`, by seq (exact size, for serializing without copying).
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = (u64, Cow<'_, OpReply>)> {
+        let spilled = self
+            .spill
+            .as_deref()
+            .map_or(&[][..], |s| &s.entries[..])
+            .iter()
+            .map(|(seq, reply)| (*seq, Cow::Borrowed(reply)));
+        let packed = self
+            .newest
+            .as_ref()
+            .and_then(|n| n.unpack().map(|reply| (n.seq, Cow::Owned(reply))));
+        ExactChain {
+            first: spilled,
+            last: packed,
+        }
+    }
+
+    /// Rebuilds from `(seq, reply)` pairs (a snapshot's), which must be strictly increasing.
+    pub(crate) fn from_sorted(entries: Vec<(u64, OpReply)>) -> Result<Saved, String> {
+        if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err("saved seqs not strictly increasing".into());
+        }
+        let mut saved = Saved::default();
+        for (seq, reply) in &entries {
+            saved.insert(*seq, reply);
+        }
+        Ok(saved)
+    }
+
+    /// Checks the layout invariants (see the type's docs) and that every saved seq lies in
+    /// `[acked_below, acked_below + window)`.
+    pub(crate) fn validate(&self, acked_below: u64, window: u64) -> Result<(), String> {
+        let spilled = self.spill.as_deref().map_or(&[][..], |s| &s.entries[..]);
+        if self.spill.is_some() && spilled.is_empty() {
+            return Err("empty spill list kept allocated".into());
+        }
+        if spilled.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err("spilled seqs not strictly increasing".into());
+        }
+        let Some(newest) = self.newest else {
+            return if spilled.is_empty() {
+                Ok(())
+            } else {
+                Err("spilled replies but no newest seq".into())
+            };
+        };
+        let last_spilled = spilled.last().map(|(seq, _)| *seq);
+        match newest.kind {
+            Kind::Spilled if last_spilled != Some(newest.seq) => {
+                return Err(format!(
+                    "newest seq {} marked spilled but not the spill's last",
+                    newest.seq
+                ));
+            }
+            Kind::Spilled => {}
+            _ if last_spilled.is_some_and(|s| s >= newest.seq) => {
+                return Err(format!(
+                    "inline seq {} is not above every spilled seq",
+                    newest.seq
+                ));
+            }
+            _ => {
+                if newest.unpack().and_then(|r| Newest::pack(newest.seq, &r)) != Some(newest) {
+                    return Err(format!(
+                        "inline reply of seq {} does not round-trip",
+                        newest.seq
+                    ));
+                }
+            }
+        }
+        let limit = acked_below.saturating_add(window);
+        for (seq, _) in self.iter() {
+            if seq < acked_below || seq >= limit {
+                return Err(format!(
+                    "saved seq {seq} outside [{acked_below}, {acked_below}+{window})"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PartialEq for Saved {
+    fn eq(&self, other: &Saved) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Saved {}
+
+/// `first` then `last`, with an exact length (std's `Chain` is not `ExactSizeIterator`).
+struct ExactChain<I, T> {
+    first: I,
+    last: Option<T>,
+}
+
+impl<I: ExactSizeIterator<Item = T>, T> Iterator for ExactChain<I, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.first.next().or_else(|| self.last.take())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.first.len() + usize::from(self.last.is_some());
+        (n, Some(n))
+    }
+}
+
+impl<I: ExactSizeIterator<Item = T>, T> ExactSizeIterator for ExactChain<I, T> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::KeyValue;
+
+    fn put(revision: i64) -> OpReply {
+        OpReply {
+            revision,
+            result: Ok(OpResponse::Put(PutResponse::default())),
+        }
+    }
+
+    fn put_with_prev(revision: i64) -> OpReply {
+        OpReply {
+            revision,
+            result: Ok(OpResponse::Put(PutResponse {
+                prev_kv: Some(KeyValue {
+                    key: "k".into(),
+                    value: "old".into(),
+                    ..KeyValue::default()
+                }),
+            })),
+        }
+    }
+
+    fn contents(s: &Saved) -> Vec<(u64, OpReply)> {
+        s.iter().map(|(seq, r)| (seq, r.into_owned())).collect()
+    }
+
+    /// Every reply shape that can be packed comes back unchanged: duplicates must be
+    /// byte-identical to the first answer.
+    #[test]
+    fn packed_replies_round_trip_exactly() {
+        let mut replies = vec![
+            put(0),
+            put(1),
+            put(PACKED_REVISION_LIMIT - 1),
+            OpReply {
+                revision: 7,
+                result: Ok(OpResponse::LeaseRevoke),
+            },
+        ];
+        for deleted in [0, 1] {
+            replies.push(OpReply {
+                revision: 9,
+                result: Ok(OpResponse::DeleteRange(DeleteRangeResponse {
+                    deleted,
+                    prev_kvs: Vec::new(),
+                })),
+            });
+        }
+        for e in [
+            OpError::LeaseNotFound,
+            OpError::LeaseAlreadyExists,
+            OpError::LeaseTtlTooLarge,
+            OpError::KeyNotFound,
+            OpError::LeaseProvided,
+            OpError::ValueProvided,
+            OpError::Compacted,
+            OpError::FutureRevision,
+            OpError::DuplicateKey,
+            OpError::TooManyOps,
+            OpError::EmptyKey,
+        ] {
+            replies.push(OpReply {
+                revision: 3,
+                result: Err(e),
+            });
+        }
+        for reply in replies {
+            let packed = Newest::pack(5, &reply).expect("packable");
+            assert_eq!(packed.unpack(), Some(reply));
+        }
+    }
+
+    /// Replies that do not fit are kept whole in the spill, never truncated.
+    #[test]
+    fn large_replies_are_spilled_whole() {
+        for reply in [put(-1), put(PACKED_REVISION_LIMIT), put_with_prev(4)] {
+            assert_eq!(Newest::pack(1, &reply), None);
+            let mut s = Saved::default();
+            s.insert(1, &reply);
+            assert_eq!(s.get(1).map(Cow::into_owned), Some(reply.clone()));
+            assert_eq!(contents(&s), vec![(1, reply)]);
+            s.validate(1, 8).expect("valid");
+        }
+    }
+
+    /// The sequential client's steady state allocates nothing.
+    #[test]
+    fn one_packable_reply_stays_inline() {
+        let mut s = Saved::default();
+        s.insert(1, &put(2));
+        assert!(s.spill.is_none());
+        s.drop_below(2);
+        s.insert(2, &put(3));
+        assert!(s.spill.is_none());
+        assert_eq!(contents(&s), vec![(2, put(3))]);
+    }
+
+    /// Out-of-order saves (pipelined requests) keep every reply, by seq.
+    #[test]
+    fn pipelined_saves_keep_every_reply() {
+        let mut s = Saved::default();
+        for seq in [3, 1, 5, 2, 4] {
+            let reply = if seq % 2 == 0 {
+                put_with_prev(seq as i64)
+            } else {
+                put(seq as i64)
+            };
+            s.insert(seq, &reply);
+            s.validate(1, 8).expect("valid");
+        }
+        let seqs: Vec<u64> = s.iter().map(|(seq, _)| seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5]);
+        assert_eq!(s.get(4).map(Cow::into_owned), Some(put_with_prev(4)));
+        assert_eq!(s.get(5).map(Cow::into_owned), Some(put(5)));
+        assert_eq!(s.get(6), None);
+        s.drop_below(4);
+        s.validate(4, 8).expect("valid");
+        assert_eq!(s.iter().map(|(seq, _)| seq).collect::<Vec<_>>(), [4, 5]);
+        s.drop_below(6);
+        assert_eq!(s.len(), 0);
+        assert!(s.spill.is_none() && s.newest.is_none());
+    }
+
+    /// Equality and the snapshot image see content, not which entry happens to be inline.
+    #[test]
+    fn equal_content_compares_equal_whatever_the_placement() {
+        let mut a = Saved::default();
+        a.insert(1, &put(1));
+        a.insert(2, &put_with_prev(2));
+        let b = Saved::from_sorted(contents(&a)).expect("sorted");
+        assert_eq!(a, b);
+        assert_eq!(contents(&a), contents(&b));
+        assert!(Saved::from_sorted(vec![(2, put(1)), (2, put(2))]).is_err());
+    }
+}
