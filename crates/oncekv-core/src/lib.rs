@@ -58,7 +58,7 @@ pub use command::{
     RangeRequest, RangeResponse, RequestOp, Response, ResponseOp, Settings, SortOrder, SortTarget,
     Tracked, TxnRequest, TxnResponse, prefix_end,
 };
-pub use session::{Secret, SessionError, SessionTable};
+pub use session::{SavedReply, Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;
 pub use state_machine::{Expired, SimProbe, StateMachine, Stats};
 pub use tracker::RequestTracker;

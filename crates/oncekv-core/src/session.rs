@@ -18,7 +18,6 @@
 //! the session is either removed (it really is idle) or re-indexed at its true
 //! `last_active`. Expiry therefore costs O(log n) per due entry and never scans the table.
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::num::NonZeroU64;
@@ -33,6 +32,7 @@ mod saved;
 mod slots;
 
 use saved::Saved;
+pub use saved::SavedReply;
 use slots::Slots;
 
 /// A session's 128-bit secret. Drawn at random by the leader and stored in the log, so every
@@ -132,7 +132,7 @@ impl Session {
     }
 
     /// The saved response of `seq`, if any.
-    pub fn saved_reply(&self, seq: u64) -> Option<Cow<'_, OpReply>> {
+    pub fn saved_reply(&self, seq: u64) -> Option<SavedReply<'_>> {
         self.saved.get(seq)
     }
 }
@@ -216,9 +216,8 @@ pub struct RequestId {
 pub enum Verdict<'a> {
     /// Rule 7: apply the op, then call [`SessionTable::save`] with its reply.
     Execute,
-    /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing. (Owned
-    /// when it was packed inline: rebuilding it from 16 bytes allocates nothing.)
-    Duplicate(Cow<'a, OpReply>),
+    /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing.
+    Duplicate(SavedReply<'a>),
     /// Rules 1, 2, 4, 6: not applied.
     Reject(SessionError),
 }

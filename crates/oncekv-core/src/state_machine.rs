@@ -173,7 +173,7 @@ impl StateMachine {
             }
             Verdict::Duplicate(saved) if !self.probe.break_dedup => {
                 self.stats.duplicates += 1;
-                return Ok(saved.into_owned());
+                return Ok(saved.to_reply());
             }
             Verdict::Duplicate(_) | Verdict::Execute => {}
         }

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use crate::command::{DeleteRangeResponse, OpError, OpReply, OpResponse, PutResponse};
 
-/// How the reply of the newest saved seq is stored.
+/// The shape of a packed reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// `Ok(Put)` without `prev_kv`.
@@ -32,25 +32,22 @@ enum Kind {
     DeletedOne,
     /// `Err(_)`: the store refused the op.
     Refused(OpError),
-    /// Not packable: the reply is the spill's last entry.
-    Spilled,
 }
 
 /// Revisions below 2^56 are packed into 7 bytes (beyond that a reply is spilled).
 const PACKED_REVISION_LIMIT: i64 = 1 << 56;
 
-/// The newest saved seq and, unless [`Kind::Spilled`], its reply. 16 bytes.
+/// A reply in 8 bytes: its shape and its revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Newest {
-    seq: u64,
-    /// Little-endian low 7 bytes of a revision in `[0, 2^56)`; zero when spilled.
+struct Packed {
+    /// Little-endian low 7 bytes of a revision in `[0, 2^56)`.
     revision: [u8; 7],
     kind: Kind,
 }
 
-impl Newest {
-    /// The packed form of `reply` for `seq`, or `None` if it does not fit in 16 bytes.
-    fn pack(seq: u64, reply: &OpReply) -> Option<Newest> {
+impl Packed {
+    /// `None` if `reply` does not fit.
+    fn pack(reply: &OpReply) -> Option<Packed> {
         if !(0..PACKED_REVISION_LIMIT).contains(&reply.revision) {
             return None;
         }
@@ -70,23 +67,14 @@ impl Newest {
             Ok(_) => return None,
         };
         let [a, b, c, d, e, f, g, _] = reply.revision.to_le_bytes();
-        Some(Newest {
-            seq,
+        Some(Packed {
             revision: [a, b, c, d, e, f, g],
             kind,
         })
     }
 
-    fn spilled(seq: u64) -> Newest {
-        Newest {
-            seq,
-            revision: [0; 7],
-            kind: Kind::Spilled,
-        }
-    }
-
-    /// The reply [`pack`](Self::pack) was given; `None` when it is in the spill.
-    fn unpack(&self) -> Option<OpReply> {
+    /// The reply [`pack`](Self::pack) was given.
+    fn unpack(&self) -> OpReply {
         let [a, b, c, d, e, f, g] = self.revision;
         let revision = i64::from_le_bytes([a, b, c, d, e, f, g, 0]);
         let deleted = |deleted| {
@@ -101,11 +89,49 @@ impl Newest {
             Kind::DeletedNone => deleted(0),
             Kind::DeletedOne => deleted(1),
             Kind::Refused(e) => Err(e),
-            Kind::Spilled => return None,
         };
-        Some(OpReply { revision, result })
+        OpReply { revision, result }
     }
 }
+
+/// The newest saved seq and its reply, packed when it fits. 16 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Newest {
+    seq: u64,
+    /// `None`: the reply did not fit and is the spill's last entry.
+    reply: Option<Packed>,
+}
+
+/// A saved reply where a duplicate check found it: packed in the session record or in
+/// the spill list. Cheap to copy; [`to_reply`](Self::to_reply) gives the reply itself.
+#[derive(Debug, Clone, Copy)]
+pub struct SavedReply<'a>(Found<'a>);
+
+#[derive(Debug, Clone, Copy)]
+enum Found<'a> {
+    /// In the session record (a reference, not a copy: the packed bytes are unaligned).
+    Packed(&'a Packed),
+    Spilled(&'a OpReply),
+}
+
+impl SavedReply<'_> {
+    /// The reply exactly as it was saved.
+    pub fn to_reply(&self) -> OpReply {
+        match self.0 {
+            Found::Packed(packed) => packed.unpack(),
+            Found::Spilled(reply) => reply.clone(),
+        }
+    }
+}
+
+/// Compares the replies, wherever they are kept.
+impl PartialEq for SavedReply<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_reply() == other.to_reply()
+    }
+}
+
+impl Eq for SavedReply<'_> {}
 
 /// Saved replies that are not inline: strictly increasing by seq, never empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,8 +143,8 @@ struct Spill {
 ///
 /// Invariants (checked by [`validate`](Self::validate)): `newest` is `None` exactly when
 /// nothing is saved; `newest.seq` is the largest saved seq; the spill holds every other
-/// saved seq (and the newest one too when its reply is [`Kind::Spilled`], as its last
-/// entry), strictly increasing, and is `None` rather than empty.
+/// saved seq (and the newest one too when its reply does not pack, as its last entry),
+/// strictly increasing, and is `None` rather than empty.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Saved {
     newest: Option<Newest>,
@@ -128,19 +154,20 @@ pub(crate) struct Saved {
 impl Saved {
     /// The saved reply of `seq`. A seq above the newest saved one is answered without
     /// touching the spill.
-    pub(crate) fn get(&self, seq: u64) -> Option<Cow<'_, OpReply>> {
+    pub(crate) fn get(&self, seq: u64) -> Option<SavedReply<'_>> {
         let newest = self.newest.as_ref()?;
         if seq > newest.seq {
             return None;
         }
         if seq == newest.seq
-            && let Some(reply) = newest.unpack()
+            && let Some(packed) = &newest.reply
         {
-            return Some(Cow::Owned(reply));
+            return Some(SavedReply(Found::Packed(packed)));
         }
         let spill = self.spill.as_deref()?;
         let i = spill.entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
-        spill.entries.get(i).map(|(_, reply)| Cow::Borrowed(reply))
+        let (_, reply) = spill.entries.get(i)?;
+        Some(SavedReply(Found::Spilled(reply)))
     }
 
     /// Rule 3: forgets every reply below `first_incomplete`.
@@ -172,15 +199,15 @@ impl Saved {
         match self.newest {
             Some(newest) if seq < newest.seq => self.spill_insert(seq, reply.clone()),
             Some(newest) if seq == newest.seq => {
-                if newest.kind == Kind::Spilled {
+                if newest.reply.is_none() {
                     self.spill_pop();
                 }
                 self.set_newest(seq, reply);
             }
             Some(newest) => {
                 // The current newest becomes an ordinary older entry.
-                if let Some(older) = newest.unpack() {
-                    self.spill_insert(newest.seq, older);
+                if let Some(older) = newest.reply {
+                    self.spill_insert(newest.seq, older.unpack());
                 }
                 self.set_newest(seq, reply);
             }
@@ -189,13 +216,11 @@ impl Saved {
     }
 
     fn set_newest(&mut self, seq: u64, reply: &OpReply) {
-        self.newest = Some(match Newest::pack(seq, reply) {
-            Some(packed) => packed,
-            None => {
-                self.spill_insert(seq, reply.clone());
-                Newest::spilled(seq)
-            }
-        });
+        let packed = Packed::pack(reply);
+        if packed.is_none() {
+            self.spill_insert(seq, reply.clone());
+        }
+        self.newest = Some(Newest { seq, reply: packed });
     }
 
     fn spill_insert(&mut self, seq: u64, reply: OpReply) {
@@ -225,11 +250,7 @@ impl Saved {
 
     pub(crate) fn len(&self) -> usize {
         let spilled = self.spill.as_ref().map_or(0, |s| s.entries.len());
-        let packed = self
-            .newest
-            .as_ref()
-            .and_then(Newest::unpack)
-            .map_or(0, |_| 1);
+        let packed = self.newest.and_then(|n| n.reply).map_or(0, |_| 1);
         spilled + packed
     }
 
@@ -243,8 +264,7 @@ impl Saved {
             .map(|(seq, reply)| (*seq, Cow::Borrowed(reply)));
         let packed = self
             .newest
-            .as_ref()
-            .and_then(|n| n.unpack().map(|reply| (n.seq, Cow::Owned(reply))));
+            .and_then(|n| Some((n.seq, Cow::Owned(n.reply?.unpack()))));
         ExactChain {
             first: spilled,
             last: packed,
@@ -281,28 +301,27 @@ impl Saved {
             };
         };
         let last_spilled = spilled.last().map(|(seq, _)| *seq);
-        match newest.kind {
-            Kind::Spilled if last_spilled != Some(newest.seq) => {
+        match newest.reply {
+            None if last_spilled != Some(newest.seq) => {
                 return Err(format!(
                     "newest seq {} marked spilled but not the spill's last",
                     newest.seq
                 ));
             }
-            Kind::Spilled => {}
-            _ if last_spilled.is_some_and(|s| s >= newest.seq) => {
+            None => {}
+            Some(_) if last_spilled.is_some_and(|s| s >= newest.seq) => {
                 return Err(format!(
                     "inline seq {} is not above every spilled seq",
                     newest.seq
                 ));
             }
-            _ => {
-                if newest.unpack().and_then(|r| Newest::pack(newest.seq, &r)) != Some(newest) {
-                    return Err(format!(
-                        "inline reply of seq {} does not round-trip",
-                        newest.seq
-                    ));
-                }
+            Some(packed) if Packed::pack(&packed.unpack()) != Some(packed) => {
+                return Err(format!(
+                    "inline reply of seq {} does not round-trip",
+                    newest.seq
+                ));
             }
+            Some(_) => {}
         }
         let limit = acked_below.saturating_add(window);
         for (seq, _) in self.iter() {
@@ -415,8 +434,8 @@ mod tests {
             });
         }
         for reply in replies {
-            let packed = Newest::pack(5, &reply).expect("packable");
-            assert_eq!(packed.unpack(), Some(reply));
+            let packed = Packed::pack(&reply).expect("packable");
+            assert_eq!(packed.unpack(), reply);
         }
     }
 
@@ -424,10 +443,10 @@ mod tests {
     #[test]
     fn large_replies_are_spilled_whole() {
         for reply in [put(-1), put(PACKED_REVISION_LIMIT), put_with_prev(4)] {
-            assert_eq!(Newest::pack(1, &reply), None);
+            assert_eq!(Packed::pack(&reply), None);
             let mut s = Saved::default();
             s.insert(1, &reply);
-            assert_eq!(s.get(1).map(Cow::into_owned), Some(reply.clone()));
+            assert_eq!(s.get(1).map(|r| r.to_reply()), Some(reply.clone()));
             assert_eq!(contents(&s), vec![(1, reply)]);
             s.validate(1, 8).expect("valid");
         }
@@ -460,8 +479,8 @@ mod tests {
         }
         let seqs: Vec<u64> = s.iter().map(|(seq, _)| seq).collect();
         assert_eq!(seqs, [1, 2, 3, 4, 5]);
-        assert_eq!(s.get(4).map(Cow::into_owned), Some(put_with_prev(4)));
-        assert_eq!(s.get(5).map(Cow::into_owned), Some(put(5)));
+        assert_eq!(s.get(4).map(|r| r.to_reply()), Some(put_with_prev(4)));
+        assert_eq!(s.get(5).map(|r| r.to_reply()), Some(put(5)));
         assert_eq!(s.get(6), None);
         s.drop_below(4);
         s.validate(4, 8).expect("valid");
