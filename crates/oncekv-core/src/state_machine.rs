@@ -76,6 +76,13 @@ impl StateMachine {
     /// once, and MUST return `responses[i]` to whoever proposed `payload.commands[i]`.
     pub fn apply(&mut self, index: u64, payload: &LogPayload) -> Vec<Response> {
         self.begin_entry(index, payload.cluster_time);
+        if payload.commands.len() > 1 {
+            self.sessions
+                .warm(payload.commands.iter().filter_map(|c| match c {
+                    Command::Tracked(t) => Some(t.client_id),
+                    _ => None,
+                }));
+        }
         payload
             .commands
             .iter()
