@@ -61,12 +61,19 @@ impl PeerChannels {
         if let Some(ch) = map.get(url) {
             return Ok(ch.clone());
         }
+        // Pings even while no request is open: a connection whose writes are stuck (the
+        // peer stopped acknowledging, a silent middlebox, TCP backing off after a long
+        // partition) keeps hyper's request queue from opening any stream, so the
+        // connection looks idle and, without this, would never be pinged, never be
+        // declared dead and never be replaced (seed 135 of the simulation: a follower
+        // unreachable for good after the partition healed).
         let endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| format!("bad peer url {url:?}: {e}"))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(5));
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true);
         let ch = match &self.connector {
             Some(c) => c.channel(&endpoint),
             None => endpoint.connect_lazy(),
