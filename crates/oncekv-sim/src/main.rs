@@ -43,8 +43,30 @@ struct Args {
     full_trace: bool,
 }
 
+/// Log lines stamped with simulated milliseconds.
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(t) => write!(w, "{:>7}", t.as_millis()),
+            None => write!(w, "{:>7}", "-"),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    // `RUST_LOG=openraft=debug,oncekv_server=debug` prints the servers' logs in simulated
+    // time (for one seed: the log of many is rarely what you want).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(SimTime)
+            .with_ansi(false)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if !oncekv_sim::TOKIO_SEEDED {
         eprintln!(
             "warning: built without RUSTFLAGS=\"--cfg tokio_unstable\"; tokio's own RNG is not \
