@@ -17,12 +17,14 @@
 
 pub mod check;
 pub mod disk;
+pub mod duplicate;
 pub mod faults;
 pub mod linearizability;
 pub mod net;
 pub mod replicas;
 pub mod run;
 pub mod trace;
+pub mod trap;
 pub mod workload;
 
 /// Whether this build lets turmoil seed tokio's own RNG (`--cfg tokio_unstable`). Without
