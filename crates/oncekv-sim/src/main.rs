@@ -74,12 +74,6 @@ fn main() -> ExitCode {
             .with_writer(std::io::stderr)
             .init();
     }
-    if !oncekv_sim::TOKIO_SEEDED {
-        eprintln!(
-            "warning: built without RUSTFLAGS=\"--cfg tokio_unstable\"; tokio's own RNG is not \
-             seeded and a seed may not replay exactly"
-        );
-    }
     let opts = Options {
         nodes: args.nodes,
         clients: args.clients,

@@ -19,8 +19,12 @@ fn black_hole(at_ms: u64, node: usize, other: usize) -> Step {
 // for good after the partitions healed. Its peer connections could no longer write (turmoil
 // had dropped segments), so hyper opened no stream on them, considered them idle and,
 // with `keep_alive_while_idle(false)`, never pinged them: they were never declared dead
-// or replaced. Here every peer connection goes silent at once, mid-workload; the cluster
-// must notice by itself (HTTP/2 keep-alive while idle), reconnect and finish.
+// or replaced. Here every peer connection goes silent at once, mid-workload, and later the
+// leader is cut off so the followers need their own connections; the cluster must notice
+// by itself (HTTP/2 keep-alive), reconnect and finish. Caveat: this schedule passes with
+// the old setting too (its streams are still open when the keep-alive timer fires); the
+// exact wedge was shown on seed 135 of the old harness, failing before the fix and
+// passing after it.
 #[test]
 fn silent_peer_connections_are_replaced() {
     if std::env::var_os("RUST_LOG").is_some() {
