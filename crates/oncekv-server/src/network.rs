@@ -24,7 +24,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::pb::oncekv::RaftRequest;
 use crate::pb::oncekv::raft_client::RaftClient;
-use crate::transport::Connector;
+use crate::transport::{Connector, Duplicator, MessageKind};
 use crate::types::{Member, NodeId, TypeConfig};
 
 /// Largest peer message accepted or sent: an append of a batch of large values, or a
@@ -38,6 +38,8 @@ pub struct PeerChannels {
     connect_timeout: Duration,
     /// How channels connect: tokio TCP when `None`, else this (a simulation's network).
     connector: Option<Connector>,
+    /// Messages the network delivers twice (a simulation's network only).
+    duplicator: Option<Arc<dyn Duplicator>>,
 }
 
 impl PeerChannels {
@@ -46,7 +48,19 @@ impl PeerChannels {
             channels: Arc::default(),
             connect_timeout,
             connector: None,
+            duplicator: None,
         }
+    }
+
+    /// Channels whose messages `duplicator` may deliver twice.
+    pub fn with_duplicator(mut self, duplicator: Arc<dyn Duplicator>) -> PeerChannels {
+        self.duplicator = Some(duplicator);
+        self
+    }
+
+    /// Whether the network delivers this message twice, and the second copy's delay.
+    pub fn duplicate(&self, kind: MessageKind) -> Option<Duration> {
+        self.duplicator.as_ref()?.duplicate(kind)
     }
 
     /// Channels that connect through `connector` instead of tokio's TCP.
@@ -61,12 +75,19 @@ impl PeerChannels {
         if let Some(ch) = map.get(url) {
             return Ok(ch.clone());
         }
+        // Pings even while no request is open: a connection whose writes are stuck (the
+        // peer stopped acknowledging, a silent middlebox, TCP backing off after a long
+        // partition) keeps hyper's request queue from opening any stream, so the
+        // connection looks idle and, without this, would never be pinged, never be
+        // declared dead and never be replaced (seed 135 of the simulation: a follower
+        // unreachable for good after the partition healed).
         let endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| format!("bad peer url {url:?}: {e}"))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(5));
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true);
         let ch = match &self.connector {
             Some(c) => c.channel(&endpoint),
             None => endpoint.connect_lazy(),
@@ -132,15 +153,16 @@ impl PeerClient {
             .peers
             .raft_client(&self.url)
             .map_err(|e| unreachable_err(&e))?;
-        let mut request = tonic::Request::new(RaftRequest {
-            payload: payload.into(),
-        });
-        request.set_timeout(timeout);
-        let reply = match method {
-            Method::Append => client.append_entries(request).await,
-            Method::Vote => client.vote(request).await,
-            Method::Snapshot => client.install_snapshot(request).await,
-        };
+        let payload = bytes::Bytes::from(payload);
+        if let Some(delay) = self.peers.duplicate(method.kind()) {
+            // The copy's reply is dropped: openraft sent one request and sees one answer.
+            let (mut copy_client, copy) = (client.clone(), payload.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = send(&mut copy_client, method, copy, timeout).await;
+            });
+        }
+        let reply = send(&mut client, method, payload, timeout).await;
         let reply = match reply {
             Ok(r) => r.into_inner(),
             Err(status) if is_unreachable(&status) => return Err(unreachable_err(&status)),
@@ -166,6 +188,31 @@ enum Method {
     Append,
     Vote,
     Snapshot,
+}
+
+impl Method {
+    fn kind(self) -> MessageKind {
+        match self {
+            Method::Append => MessageKind::AppendEntries,
+            Method::Vote => MessageKind::Vote,
+            Method::Snapshot => MessageKind::InstallSnapshot,
+        }
+    }
+}
+
+async fn send(
+    client: &mut RaftClient<Channel>,
+    method: Method,
+    payload: bytes::Bytes,
+    timeout: Duration,
+) -> Result<tonic::Response<crate::pb::oncekv::RaftReply>, tonic::Status> {
+    let mut request = tonic::Request::new(RaftRequest { payload });
+    request.set_timeout(timeout);
+    match method {
+        Method::Append => client.append_entries(request).await,
+        Method::Vote => client.vote(request).await,
+        Method::Snapshot => client.install_snapshot(request).await,
+    }
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {

@@ -22,7 +22,7 @@ use crate::pb::oncekv::ForwardRequest;
 use crate::proposer::{BatchLimits, ProposeError, Proposer};
 use crate::runtime::Clock;
 use crate::sm_store::{Applied, ApplyObserver, SmStore};
-use crate::transport::{Connector, NodeTransport};
+use crate::transport::{Connector, Duplicator, MessageKind, NodeTransport};
 use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
 
 /// Everything a server needs to start. Defaults follow etcd's where they mean the same.
@@ -255,10 +255,19 @@ impl NodeCore {
             .peers
             .raft_client(&url)
             .map_err(ProposeError::Internal)?;
-        let mut request = tonic::Request::new(ForwardRequest {
-            payload: payload.into(),
-        });
-        request.set_timeout(self.config.request_timeout);
+        let payload = bytes::Bytes::from(payload);
+        let timeout = self.config.request_timeout;
+        if let Some(delay) = self.peers.duplicate(MessageKind::Forward) {
+            let (mut copy_client, copy) = (client.clone(), payload.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let mut request = tonic::Request::new(ForwardRequest { payload: copy });
+                request.set_timeout(timeout);
+                let _ = copy_client.forward(request).await;
+            });
+        }
+        let mut request = tonic::Request::new(ForwardRequest { payload });
+        request.set_timeout(timeout);
         let reply = client.forward(request).await.map_err(|s| match s.code() {
             tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ProposeError::Timeout,
             _ => ProposeError::NoLeader,
@@ -346,7 +355,7 @@ impl Node {
     ) -> Result<Node, StartError> {
         let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
         let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
-        let core = Node::open(config, None).await?;
+        let core = Node::open(config, None, None).await?;
         let (stop, stop_rx) = watch::channel(false);
         let servers = [
             tokio::spawn(crate::services::serve_clients(
@@ -377,7 +386,7 @@ impl Node {
         transport: NodeTransport,
     ) -> Result<Node, StartError> {
         let (client_addr, peer_addr) = (config.client_addr, config.peer_addr);
-        let core = Node::open(config, Some(transport.connector)).await?;
+        let core = Node::open(config, Some(transport.connector), transport.duplicator).await?;
         let (stop, stop_rx) = watch::channel(false);
         let servers = [
             tokio::spawn(crate::services::serve_clients(
@@ -405,6 +414,7 @@ impl Node {
     async fn open(
         config: NodeConfig,
         connector: Option<Connector>,
+        duplicator: Option<Arc<dyn Duplicator>>,
     ) -> Result<Arc<NodeCore>, StartError> {
         let id = member_id(&config.name);
         let members: BTreeMap<NodeId, Member> = config
@@ -447,6 +457,9 @@ impl Node {
         let mut peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
         if let Some(c) = connector {
             peers = peers.with_connector(c);
+        }
+        if let Some(d) = duplicator {
+            peers = peers.with_duplicator(d);
         }
         let network = Network {
             peers: peers.clone(),

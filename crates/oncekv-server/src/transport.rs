@@ -5,6 +5,11 @@
 //! tonic connects by itself). A deterministic simulation passes [`Incoming`] streams of
 //! simulated connections and a [`Connector`] that dials simulated hosts; everything
 //! above the byte stream (HTTP/2, gRPC, raft) is the same code either way.
+//!
+//! A byte stream cannot deliver a message twice, but a network can (a retransmitting
+//! proxy, a client library that retries below the application). [`Duplicator`] lets a
+//! simulation ask for a second, delayed copy of a message where messages exist: peer RPCs
+//! as they are sent, client writes as they are received. Production has none.
 
 use std::fmt;
 use std::future::Future;
@@ -12,6 +17,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures::Stream;
 use futures::future::BoxFuture;
@@ -134,6 +140,25 @@ impl tonic::codegen::Service<Uri> for DialService {
     }
 }
 
+/// The messages a [`Duplicator`] may deliver twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MessageKind {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    /// A request a follower forwards to the leader.
+    Forward,
+    /// A state-changing client request (put, delete, txn, lease, keep-alive).
+    ClientWrite,
+}
+
+/// Decides which messages arrive twice (simulation only).
+pub trait Duplicator: Send + Sync + fmt::Debug {
+    /// `Some(delay)`: the receiver gets a second copy of this `kind` message `delay` after
+    /// the first. Its answer goes nowhere: the sender saw one request and gets one reply.
+    fn duplicate(&self, kind: MessageKind) -> Option<Duration>;
+}
+
 /// How a node gets its connections: accepted ones for its client and peer servers, and a
 /// connector for its channels to peers.
 #[allow(missing_debug_implementations)]
@@ -141,4 +166,6 @@ pub struct NodeTransport {
     pub clients: Incoming,
     pub peers: Incoming,
     pub connector: Connector,
+    /// Messages the network delivers twice, if any.
+    pub duplicator: Option<Arc<dyn Duplicator>>,
 }

@@ -7,17 +7,33 @@ use rand::seq::SliceRandom;
 /// One thing the driver does to the simulated world.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Cut every link between the two sides (both directions): messages are dropped
-    /// (`drop`), or held until the repair (what TCP's retransmission makes of a partition).
+    /// Cut every link between the two sides (both directions), at the connections
+    /// (`drop`: [`crate::net::Net::cut`], connects wait) or in turmoil (held messages,
+    /// connects held too). Either way TCP delivers what was sent once the repair comes.
     Partition { side: Vec<usize>, drop: bool },
-    /// Drop messages from `from` to `to` only.
+    /// Cut bytes from `from` to `to` only.
     OneWay { from: usize, to: usize },
     /// Isolate whichever node leads when the action runs.
     IsolateLeader,
     /// Hold (delay) every message between two nodes until the repair.
     Hold { a: usize, b: usize },
-    /// Random link failures (message loss) at this rate per message.
+    /// Segment loss at this rate per received chunk: each lost one arrives after a
+    /// retransmission timeout.
     Lossy { rate_per_mille: u32 },
+    /// Silence the connections open between node `node` and host `other` (a node, or a
+    /// client when `client`) for good; new connections work.
+    BlackHole {
+        node: usize,
+        other: usize,
+        client: bool,
+    },
+    /// Deliver this many messages in a thousand twice (peer RPCs, forwards, client
+    /// writes), the copy up to 2 s late.
+    Duplicate { rate_per_mille: u32 },
+    /// Isolate the leader right after it applies the next tracked write, before the reply
+    /// leaves, for `hold_ms` ([`crate::trap`]). Disarmed by the repair if it has not
+    /// fired.
+    IsolateLeaderAtCommit { hold_ms: u64 },
     /// Crash a node (losing unsynced writes); it restarts at the repair.
     Crash { node: usize },
     /// Move a node's clock by this many milliseconds (it leads with it).
@@ -27,6 +43,26 @@ pub enum Action {
     PauseClient { client: usize },
     /// Undo everything above (heal links, restart crashed nodes, release held messages).
     Heal,
+}
+
+impl Action {
+    /// The action's name, for counting.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Partition { .. } => "partition",
+            Action::OneWay { .. } => "one-way",
+            Action::IsolateLeader => "isolate-leader",
+            Action::Hold { .. } => "hold",
+            Action::Lossy { .. } => "loss",
+            Action::BlackHole { .. } => "black-hole",
+            Action::Duplicate { .. } => "duplicate",
+            Action::IsolateLeaderAtCommit { .. } => "isolate-at-commit",
+            Action::Crash { .. } => "crash",
+            Action::ClockJump { .. } => "clock-jump",
+            Action::PauseClient { .. } => "pause-client",
+            Action::Heal => "heal",
+        }
+    }
 }
 
 /// An action at a simulated time (milliseconds).
@@ -49,7 +85,7 @@ pub fn plan(
     let mut t = 1_000 + rng.gen_range(0..1_000);
     while t < end_ms {
         let action = match rng.gen_range(0..100) {
-            0..=14 => {
+            0..=11 => {
                 let mut all: Vec<usize> = (0..nodes).collect();
                 all.shuffle(rng);
                 // One node, a minority, or a majority on the listed side.
@@ -61,24 +97,46 @@ pub fn plan(
                     drop: rng.gen_bool(0.5),
                 }
             }
-            15..=22 => {
+            12..=18 => {
                 let from = rng.gen_range(0..nodes);
                 let to = (from + rng.gen_range(1..nodes)) % nodes;
                 Action::OneWay { from, to }
             }
-            23..=37 => Action::IsolateLeader,
-            38..=44 => {
+            19..=30 => Action::IsolateLeader,
+            31..=36 => {
                 let a = rng.gen_range(0..nodes);
                 let b = (a + rng.gen_range(1..nodes)) % nodes;
                 Action::Hold { a, b }
             }
-            45..=51 => Action::Lossy {
-                rate_per_mille: rng.gen_range(1..=20),
+            37..=42 => Action::Lossy {
+                rate_per_mille: rng.gen_range(5..=100),
             },
-            52..=74 => Action::Crash {
+            43..=48 => {
+                let node = rng.gen_range(0..nodes);
+                if rng.gen_bool(0.3) {
+                    Action::BlackHole {
+                        node,
+                        other: rng.gen_range(0..clients),
+                        client: true,
+                    }
+                } else {
+                    Action::BlackHole {
+                        node,
+                        other: (node + rng.gen_range(1..nodes)) % nodes,
+                        client: false,
+                    }
+                }
+            }
+            49..=55 => Action::Duplicate {
+                rate_per_mille: rng.gen_range(50..=300),
+            },
+            56..=62 => Action::IsolateLeaderAtCommit {
+                hold_ms: rng.gen_range(1_000..=3_000),
+            },
+            63..=80 => Action::Crash {
                 node: rng.gen_range(0..nodes),
             },
-            75..=84 => Action::ClockJump {
+            81..=89 => Action::ClockJump {
                 node: rng.gen_range(0..nodes),
                 by_ms: rng.gen_range(-20_000..=20_000),
             },
@@ -87,12 +145,13 @@ pub fn plan(
             },
         };
         let long = matches!(action, Action::PauseClient { .. }) && rng.gen_bool(0.5);
-        let lasts = if long {
-            session_ttl_ms + rng.gen_range(500..3_000)
-        } else {
-            rng.gen_range(100..3_000)
+        let lasts = match action {
+            _ if long => session_ttl_ms + rng.gen_range(500..3_000),
+            // Armed for a while, then isolated for at least `hold_ms` once sprung.
+            Action::IsolateLeaderAtCommit { hold_ms } => rng.gen_range(500..3_000) + hold_ms,
+            _ => rng.gen_range(100..3_000),
         };
-        let instant = matches!(action, Action::ClockJump { .. });
+        let instant = matches!(action, Action::ClockJump { .. } | Action::BlackHole { .. });
         steps.push(Step { at_ms: t, action });
         if !instant {
             // Sometimes a second fault overlaps the first (e.g. crash during partition).

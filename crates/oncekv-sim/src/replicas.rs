@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use oncekv_core::{Expired, StateMachine};
 use oncekv_server::sm_store::ApplyObserver;
 
+use crate::trap::CommitTrap;
+
 /// Validate the state machine's invariants every this many applied entries.
 const VALIDATE_EVERY: u64 = 32;
 
@@ -54,7 +56,9 @@ impl Replicas {
         }
     }
 
-    fn record(&mut self, node: usize, sm: &mut StateMachine) {
+    /// Checks what `node` just applied; returns the tracked commands it executed
+    /// (`(index, client_id, seq)`).
+    fn record(&mut self, node: usize, sm: &mut StateMachine) -> Vec<(u64, u64, u64)> {
         let index = sm.applied_index();
         self.observed += 1;
         let applied = self.applied.entry(node).or_default();
@@ -81,7 +85,7 @@ impl Replicas {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default();
-        for (at, client, seq) in executed {
+        for &(at, client, seq) in &executed {
             self.executions += 1;
             match self.executed_at.get(&(client, seq)) {
                 Some(&(first_at, first)) if first_at != at => self.violation(
@@ -128,6 +132,7 @@ impl Replicas {
                 format!("invariant broken on n{node} at index {index}: {e}"),
             );
         }
+        executed
     }
 }
 
@@ -137,6 +142,8 @@ pub struct ReplicaObserver {
     pub node: usize,
     pub replicas: Arc<Mutex<Replicas>>,
     pub break_dedup: bool,
+    /// Springs on the leader's executions, if the run has one.
+    pub trap: Option<Arc<CommitTrap>>,
 }
 
 impl ReplicaObserver {
@@ -154,6 +161,9 @@ impl ApplyObserver for ReplicaObserver {
     }
 
     fn applied(&self, sm: &mut StateMachine) {
-        self.lock().record(self.node, sm);
+        let executed = self.lock().record(self.node, sm);
+        if let Some(trap) = &self.trap {
+            trap.executed(self.node, &executed);
+        }
     }
 }

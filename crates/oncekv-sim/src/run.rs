@@ -1,6 +1,7 @@
 //! One simulation run: a seeded turmoil world with real oncekv nodes and clients, the
 //! fault schedule applied between steps, and the checkers at the end.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -10,17 +11,19 @@ use std::time::{Duration, UNIX_EPOCH};
 use oncekv_core::Settings;
 use oncekv_server::node::NodeCore;
 use oncekv_server::runtime::{Clock, seed_thread_rng};
-use oncekv_server::transport::NodeTransport;
+use oncekv_server::transport::{MessageKind, NodeTransport};
 use oncekv_server::{Member, Node, NodeConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::check;
 use crate::disk::MemDisk;
+use crate::duplicate::Duplicates;
 use crate::faults::{self, Action};
-use crate::net::{self, CLIENT_PORT, PEER_PORT};
+use crate::net::{CLIENT_PORT, Net, PEER_PORT};
 use crate::replicas::{ReplicaObserver, Replicas};
 use crate::trace::Trace;
+use crate::trap::CommitTrap;
 use crate::workload::{self, ClientPlan, History};
 
 /// Cluster time starts here (a fixed epoch, so traces do not depend on the wall clock).
@@ -47,6 +50,8 @@ pub struct Options {
     /// Give up (liveness violation) after this much simulated time.
     pub max_secs: u64,
     pub breaks: Breaks,
+    /// Run these faults instead of the seed's schedule (targeted regression tests).
+    pub schedule: Option<Vec<faults::Step>>,
 }
 
 impl Default for Options {
@@ -59,6 +64,7 @@ impl Default for Options {
             fault_secs: 20,
             max_secs: 120,
             breaks: Breaks::default(),
+            schedule: None,
         }
     }
 }
@@ -76,6 +82,14 @@ pub struct Report {
     pub entries_observed: u64,
     pub executions: u64,
     pub expiries: u64,
+    /// Fault actions applied, by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Messages delivered twice, by kind.
+    pub duplicates: BTreeMap<MessageKind, u64>,
+    /// Times the leader was isolated between applying a tracked write and replying.
+    pub commit_traps: u64,
+    /// Received chunks delayed as lost segments.
+    pub losses: u64,
 }
 
 impl Report {
@@ -96,6 +110,8 @@ struct NodeCtx {
     snapshot_count: u64,
     settings: Settings,
     trace: Trace,
+    net: Net,
+    duplicates: Arc<Duplicates>,
 }
 
 fn node_name(i: usize) -> String {
@@ -130,9 +146,10 @@ async fn run_node(ctx: NodeCtx) -> turmoil::Result {
     config.disk = ctx.disk.clone();
     config.observer = Some(ctx.observer.clone());
     let transport = NodeTransport {
-        clients: net::listen(CLIENT_PORT).await?,
-        peers: net::listen(PEER_PORT).await?,
-        connector: net::connector(),
+        clients: ctx.net.listen(&name, CLIENT_PORT).await?,
+        peers: ctx.net.listen(&name, PEER_PORT).await?,
+        connector: ctx.net.connector(&name),
+        duplicator: Some(ctx.duplicates.clone()),
     };
     let node = Node::start_with_transport(config, transport)
         .await
@@ -178,6 +195,14 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         .collect();
     let cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>> =
         Arc::new(Mutex::new(vec![None; opts.nodes]));
+    let net = Net::new(rng.r#gen());
+    let duplicates = Arc::new(Duplicates::new(rng.r#gen()));
+    let trap = Arc::new(CommitTrap::new(
+        net.clone(),
+        (0..opts.nodes).map(node_name).collect(),
+        (0..opts.clients).map(client_name).collect(),
+        cores.clone(),
+    ));
     let snapshot_count = rng.gen_range(30..=300);
     let mut disks = Vec::new();
     let mut offsets = Vec::new();
@@ -190,12 +215,15 @@ pub fn run(seed: u64, opts: &Options) -> Report {
                 node: i,
                 replicas: replicas.clone(),
                 break_dedup: opts.breaks.dedup,
+                trap: Some(trap.clone()),
             }),
             clock_offset: Arc::default(),
             cores: cores.clone(),
             snapshot_count,
             settings,
             trace: trace.clone(),
+            net: net.clone(),
+            duplicates: duplicates.clone(),
         };
         disks.push(ctx.disk.clone());
         offsets.push(ctx.clock_offset.clone());
@@ -214,11 +242,14 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             faults_end,
             history: history.clone(),
             trace: trace.clone(),
+            net: net.clone(),
         };
         sim.client(client_name(c), workload::run(plan));
     }
 
-    let schedule = if opts.faults {
+    let schedule = if let Some(s) = &opts.schedule {
+        s.clone()
+    } else if opts.faults {
         faults::plan(
             &mut rng,
             opts.nodes,
@@ -237,6 +268,10 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         offsets,
         cores,
         trace: trace.clone(),
+        net: net.clone(),
+        duplicates: duplicates.clone(),
+        trap: trap.clone(),
+        applied: BTreeMap::new(),
     };
     let mut violations = Vec::new();
     let mut next = 0;
@@ -246,7 +281,17 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             world.apply(&mut sim, &schedule[next].action, &mut rng);
             next += 1;
         }
-        match sim.step() {
+        let stepped = sim.step();
+        for sprung in trap.take_sprung() {
+            trace.at(
+                sim.elapsed().as_millis(),
+                format!(
+                    "trap: n{} isolated right after executing (client {}, seq {}) at index {}",
+                    sprung.node, sprung.client_id, sprung.seq, sprung.index
+                ),
+            );
+        }
+        match stepped {
             Ok(true) => break,
             Ok(false) => {}
             Err(e) => {
@@ -260,6 +305,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     }
     let sim_ms = sim.elapsed().as_millis() as u64;
     drop(sim);
+    let faults = std::mem::take(&mut world.applied);
     drop(world);
 
     let history = lock(&history).clone();
@@ -289,6 +335,10 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         entries_observed: replicas.observed,
         executions: replicas.executions,
         expiries: replicas.expiries,
+        faults,
+        duplicates: duplicates.counts(),
+        commit_traps: trap.fired(),
+        losses: net.losses(),
     }
 }
 
@@ -301,6 +351,11 @@ struct World {
     offsets: Vec<Arc<AtomicI64>>,
     cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>>,
     trace: Trace,
+    net: Net,
+    duplicates: Arc<Duplicates>,
+    trap: Arc<CommitTrap>,
+    /// Actions applied, by kind.
+    applied: BTreeMap<&'static str, u64>,
 }
 
 impl World {
@@ -325,26 +380,26 @@ impl World {
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, action: &Action, rng: &mut StdRng) {
         let now = sim.elapsed().as_millis();
         let mut note = format!("fault {action:?}");
+        *self.applied.entry(action.kind()).or_default() += 1;
         match action {
             Action::Partition { side, drop } => {
                 for &a in side {
                     for b in (0..self.nodes).filter(|b| !side.contains(b)) {
                         if *drop {
-                            sim.partition(node_name(a), node_name(b));
+                            self.net.cut_both(&node_name(a), &node_name(b));
                         } else {
                             sim.hold(node_name(a), node_name(b));
                         }
                     }
                 }
             }
-            Action::OneWay { from, to } => sim.partition_oneway(node_name(*from), node_name(*to)),
+            Action::OneWay { from, to } => self.net.cut(&node_name(*from), &node_name(*to)),
             Action::IsolateLeader => match self.leader() {
                 Some(l) => {
                     note = format!("fault IsolateLeader n{l}");
-                    // Dropped between nodes (peers detect the dead connection by their
-                    // keep-alive); held towards clients, whose replies arrive late.
+                    // Cut between nodes; held towards clients, whose replies arrive late.
                     for n in (0..self.nodes).filter(|n| *n != l) {
-                        sim.partition(node_name(l), node_name(n));
+                        self.net.cut_both(&node_name(l), &node_name(n));
                     }
                     for c in 0..self.clients {
                         sim.hold(node_name(l), client_name(c));
@@ -353,9 +408,21 @@ impl World {
                 None => note = "fault IsolateLeader (no leader)".to_string(),
             },
             Action::Hold { a, b } => sim.hold(node_name(*a), node_name(*b)),
-            Action::Lossy { rate_per_mille } => {
-                sim.set_fail_rate(f64::from(*rate_per_mille) / 1000.0);
+            Action::Lossy { rate_per_mille } => self.net.set_loss(*rate_per_mille),
+            Action::BlackHole {
+                node,
+                other,
+                client,
+            } => {
+                let other = if *client {
+                    client_name(*other)
+                } else {
+                    node_name(*other)
+                };
+                self.net.black_hole(&node_name(*node), &other);
             }
+            Action::Duplicate { rate_per_mille } => self.duplicates.set_rate(*rate_per_mille),
+            Action::IsolateLeaderAtCommit { hold_ms } => self.trap.arm(*hold_ms),
             Action::Crash { node } => {
                 if !self.crashed[*node] {
                     sim.crash(node_name(*node));
@@ -376,7 +443,9 @@ impl World {
                 }
             }
             Action::Heal => {
-                sim.set_fail_rate(0.0);
+                self.net.heal();
+                self.duplicates.set_rate(0);
+                self.trap.disarm();
                 let hosts = self.all_hosts();
                 for (i, a) in hosts.iter().enumerate() {
                     for b in &hosts[i + 1..] {

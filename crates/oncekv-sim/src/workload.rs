@@ -81,6 +81,7 @@ pub struct ClientPlan {
     pub faults_end: Duration,
     pub history: History,
     pub trace: Trace,
+    pub net: net::Net,
 }
 
 pub fn now_ms() -> u64 {
@@ -115,7 +116,8 @@ fn classify_write<T>(r: &Result<T, Error>) -> Option<Outcome> {
 
 /// Runs one client's workload to the end (errors are recorded, never returned).
 pub async fn run(plan: ClientPlan) -> turmoil::Result {
-    let client = Client::connect_with(&plan.endpoints, config(), Some(net::connector()))?;
+    let name = format!("c{}", plan.index);
+    let client = Client::connect_with(&plan.endpoints, config(), Some(plan.net.connector(&name)))?;
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let c = plan.index;
     let mut leases: Vec<(i64, bool)> = Vec::new();

@@ -20,9 +20,12 @@ use oncekv_core::{Command, Op, OpError, OpReply, Response, SessionError, Tracked
 
 use tonic::{Code, Status};
 
+use std::sync::Arc;
+
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::proposer::ProposeError;
+use crate::transport::MessageKind;
 
 /// Metadata key carrying a machine-readable reason on oncekv's own errors.
 pub const ERROR_DETAIL_KEY: &str = "oncekv-error";
@@ -134,7 +137,23 @@ impl NodeCore {
 
     /// Proposes `op`, tracked under the session in `meta` if there is one (exactly once),
     /// untracked otherwise (etcd behaviour).
-    pub async fn execute(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
+    pub async fn execute(
+        self: &Arc<Self>,
+        op: Op,
+        meta: Option<SessionMeta>,
+    ) -> Result<OpReply, ApiError> {
+        if let Some(delay) = self.peers.duplicate(MessageKind::ClientWrite) {
+            // The network delivered this request twice; the copy's reply goes nowhere.
+            let (node, op) = (self.clone(), op.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = node.execute_once(op, meta).await;
+            });
+        }
+        self.execute_once(op, meta).await
+    }
+
+    async fn execute_once(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
         let response = match meta {
             Some(m) => {
                 let command = Command::Tracked(Tracked {
