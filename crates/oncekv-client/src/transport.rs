@@ -71,13 +71,16 @@ pub(crate) fn endpoint(url: &str, config: &ClientConfig) -> Result<Endpoint, Err
         });
     }
     // HTTP/2 pings notice a connection that went silent (a dead member, a dropped path)
-    // instead of waiting on it until each request's own timeout.
+    // instead of waiting on it until each request's own timeout. They go out while idle
+    // too: a connection whose writes are stuck (the peer stopped acknowledging) opens no
+    // stream, so to hyper it looks idle, and without idle pings it would never be declared
+    // dead and replaced (the server's peer channels had this bug: simulation seed 135).
     Ok(endpoint
         .connect_timeout(config.connect_timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(std::time::Duration::from_secs(5))
         .keep_alive_timeout(std::time::Duration::from_secs(5))
-        .keep_alive_while_idle(false))
+        .keep_alive_while_idle(true))
 }
 
 impl Transport {
