@@ -2,7 +2,8 @@
 //! etcd-compatible gRPC services.
 //!
 //! - [`node`]: starting a member ([`node::Node::start`]) and what its handlers share.
-//! - [`proposer`]: the write hot path (batching commands into entries, cluster time).
+//! - [`proposer`]: the write hot path (batching commands into entries, cluster time);
+//!   [`forwarder`]: a follower's writes travel to the leader in batches.
 //! - [`log_store`] and [`sm_store`]: the durable raft log and the state machine with its
 //!   snapshot file.
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers.
@@ -11,6 +12,7 @@
 pub mod disk;
 pub mod etcd;
 pub mod fault_proxy;
+pub mod forwarder;
 pub mod local_cluster;
 pub mod log_store;
 pub mod network;

@@ -16,13 +16,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::disk::Disk;
+use crate::forwarder::{Forwarder, forward_rpc};
 use crate::log_store::{LogStore, LogStoreOptions, TornTail};
 use crate::network::{Network, PeerChannels};
-use crate::pb::oncekv::ForwardRequest;
 use crate::proposer::{BatchLimits, ProposeError, Proposer};
 use crate::runtime::Clock;
 use crate::sm_store::{Applied, ApplyObserver, SmStore};
-use crate::transport::{Connector, Duplicator, MessageKind, NodeTransport};
+use crate::transport::{Connector, Duplicator, NodeTransport};
 use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
 
 /// Everything a server needs to start. Defaults follow etcd's where they mean the same.
@@ -110,6 +110,8 @@ pub enum Forwarded {
     Propose(Command),
     ReadIndex,
     Info,
+    /// Several client commands at once (answered with [`ForwardedReply::Responses`]).
+    ProposeBatch(Vec<Command>),
 }
 
 /// The leader's answer to a [`Forwarded`] request.
@@ -120,6 +122,8 @@ pub enum ForwardedReply {
     Info(Member),
     /// The leader could not serve it; the variant is kept so a timeout stays a timeout.
     Error(ProposeError),
+    /// One result per command of a [`Forwarded::ProposeBatch`], in order.
+    Responses(Vec<Result<Response, ProposeError>>),
 }
 
 /// What every request handler shares.
@@ -129,6 +133,8 @@ pub struct NodeCore {
     pub raft: Raft,
     pub applied: Arc<Applied>,
     pub proposer: Proposer,
+    /// Batches writes bound for another leader into shared peer RPCs.
+    pub forwarder: Forwarder,
     pub peers: PeerChannels,
     pub cluster_id: u64,
     pub members: BTreeMap<NodeId, Member>,
@@ -180,10 +186,9 @@ impl NodeCore {
             Err(ProposeError::NotLeader {
                 leader: Some(leader),
             }) if leader != self.id => {
-                match self.forward(leader, Forwarded::Propose(command)).await? {
-                    ForwardedReply::Response(r) => Ok(r),
-                    other => Err(unexpected(other)),
-                }
+                self.forwarder
+                    .forward(leader, command, self.config.request_timeout)
+                    .await
             }
             Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
             other => other,
@@ -244,40 +249,14 @@ impl NodeCore {
         leader: NodeId,
         req: Forwarded,
     ) -> Result<ForwardedReply, ProposeError> {
-        let url = self
-            .members
-            .get(&leader)
-            .map(|m| m.peer_url.clone())
-            .ok_or(ProposeError::NoLeader)?;
-        let payload =
-            postcard::to_allocvec(&req).map_err(|e| ProposeError::Internal(e.to_string()))?;
-        let mut client = self
-            .peers
-            .raft_client(&url)
-            .map_err(ProposeError::Internal)?;
-        let payload = bytes::Bytes::from(payload);
-        let timeout = self.config.request_timeout;
-        if let Some(delay) = self.peers.duplicate(MessageKind::Forward) {
-            let (mut copy_client, copy) = (client.clone(), payload.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let mut request = tonic::Request::new(ForwardRequest { payload: copy });
-                request.set_timeout(timeout);
-                let _ = copy_client.forward(request).await;
-            });
-        }
-        let mut request = tonic::Request::new(ForwardRequest { payload });
-        request.set_timeout(timeout);
-        let reply = client.forward(request).await.map_err(|s| match s.code() {
-            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ProposeError::Timeout,
-            _ => ProposeError::NoLeader,
-        })?;
-        let reply: ForwardedReply = postcard::from_bytes(&reply.into_inner().payload)
-            .map_err(|e| ProposeError::Internal(format!("bad reply from leader: {e}")))?;
-        match reply {
-            ForwardedReply::Error(e) => Err(e),
-            other => Ok(other),
-        }
+        forward_rpc(
+            &self.peers,
+            &self.members,
+            leader,
+            &req,
+            self.config.request_timeout,
+        )
+        .await
     }
 
     /// Serves a request forwarded by a follower.
@@ -286,6 +265,11 @@ impl NodeCore {
             Forwarded::Propose(c) => self.propose_local(c).await.map(ForwardedReply::Response),
             Forwarded::ReadIndex => self.local_read_index().await.map(ForwardedReply::ReadIndex),
             Forwarded::Info => Ok(ForwardedReply::Info(self.me().cloned().unwrap_or_default())),
+            Forwarded::ProposeBatch(commands) => Ok(ForwardedReply::Responses(
+                self.proposer
+                    .propose_many(commands, self.config.request_timeout)
+                    .await,
+            )),
         };
         result.unwrap_or_else(ForwardedReply::Error)
     }
@@ -486,12 +470,19 @@ impl Node {
             config.clock.clone(),
             config.request_timeout,
         );
+        let forwarder = Forwarder::spawn(
+            peers.clone(),
+            Arc::new(members.clone()),
+            config.batch,
+            config.request_timeout,
+        );
         let core = Arc::new(NodeCore {
             id,
             config,
             raft,
             applied,
             proposer,
+            forwarder,
             peers,
             cluster_id,
             members,

@@ -62,6 +62,11 @@ pub struct Tuning {
     /// means bigger batches and fewer fsyncs.
     #[arg(long, default_value_t = oncekv_server::proposer::BatchLimits::default().max_in_flight)]
     pub max_inflight_entries: usize,
+    /// On a follower: batches of client writes forwarded to the leader (one peer RPC
+    /// each) before the earlier ones are answered. Writes that arrive meanwhile join the
+    /// next batch.
+    #[arg(long, default_value_t = oncekv_server::proposer::BatchLimits::default().max_forwards_in_flight)]
+    pub max_inflight_forwards: usize,
 }
 
 impl Tuning {
@@ -77,6 +82,7 @@ impl Tuning {
             ..Settings::default()
         };
         config.batch.max_in_flight = self.max_inflight_entries.max(1);
+        config.batch.max_forwards_in_flight = self.max_inflight_forwards.max(1);
         config.request_timeout =
             Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
     }

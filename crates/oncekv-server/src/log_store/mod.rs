@@ -14,7 +14,10 @@
 //!   contains them (or with an error, after which the log refuses all writes).
 //! * Group commit: one writer thread drains everything queued, writes it, calls
 //!   `fdatasync` once, and only then fires every callback of that batch.
-//! * `save_vote` and `save_committed` return only once their record is durable. Vote,
+//! * `save_vote` returns only once its record is durable. `save_committed` returns at
+//!   once: the committed id rides in front of the next record written (or the next
+//!   [`LogStore::flush`]), so a restart may recover an older committed id, never one
+//!   beyond the recovered log (persisting it is optional in Raft). Vote,
 //!   committed id and purge point are records in the same log rather than a side file: the
 //!   writes are then serialized with the entries by construction (openraft requires vote
 //!   and log I/O in order), they ride the same group-commit fdatasync instead of paying a
@@ -172,11 +175,17 @@ impl<C: RaftTypeConfig> fmt::Debug for LogStore<C> {
 
 impl<NID: NodeId> Drop for Inner<NID> {
     fn drop(&mut self) {
-        // Closing the queue stops the writer once it has written what was queued.
-        match self.state.get_mut() {
-            Ok(st) => st.tx = None,
-            Err(poisoned) => poisoned.into_inner().tx = None,
+        // A clean close also writes the committed id still held in memory (best effort:
+        // losing it only makes the next start re-apply a little less). Closing the queue
+        // stops the writer once it has written what was queued.
+        let st = match self.state.get_mut() {
+            Ok(st) => st,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if self.shared.failure().is_none() && st.queue_committed().is_ok() {
+            let _ = st.dispatch();
         }
+        st.tx = None;
         let handle = match self.thread.get_mut() {
             Ok(h) => h.take(),
             Err(poisoned) => poisoned.into_inner().take(),
@@ -270,9 +279,13 @@ impl<C: RaftTypeConfig> LogStore<C> {
         self.inner.shared.fsyncs.load(Ordering::Relaxed)
     }
 
-    /// Waits until everything queued so far (appends, truncations, purges) is durable.
+    /// Waits until everything queued so far (appends, truncations, purges, and the latest
+    /// committed id) is durable.
     pub async fn flush(&self) -> Result<(), LogError> {
-        let rx = self.with_state(|st| Ok(notify(st)))?;
+        let rx = self.with_state(|st| {
+            st.queue_committed()?;
+            Ok(notify(st))
+        })?;
         wait_durable(rx).await
     }
 
@@ -436,17 +449,18 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         Ok(st.vote.clone())
     }
 
-    /// Returns only once the committed id is durable.
+    /// Returns at once: the committed id is kept in memory and written in front of the next
+    /// record (see `State::set_committed` for why that is safe), so openraft, which awaits
+    /// this inside its core loop on every commit, never waits for an fdatasync here.
     async fn save_committed(
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        let err = |e: LogError| e.into_storage(ErrorSubject::Store, ErrorVerb::Write);
-        let payload = postcard::to_stdvec(&committed).map_err(|e| err(e.into()))?;
-        let rx = self
-            .write_small(Kind::Committed, payload, |st| st.committed = committed)
-            .map_err(err)?;
-        wait_durable(rx).await.map_err(err)
+        self.with_state(|st| {
+            st.set_committed(committed);
+            Ok(())
+        })
+        .map_err(|e| e.into_storage(ErrorSubject::Store, ErrorVerb::Write))
     }
 
     async fn read_committed(

@@ -38,6 +38,9 @@ pub(super) struct State<NID: NodeId> {
     pub(super) slots: VecDeque<Slot<NID>>,
     pub(super) vote: Option<Vote<NID>>,
     pub(super) committed: Option<LogId<NID>>,
+    /// `committed` changed since it was last queued for the writer: the next record
+    /// queued (or a flush) carries it to disk first. See [`State::set_committed`].
+    pub(super) committed_dirty: bool,
     pub(super) purged: Option<LogId<NID>>,
     /// Segment ids present on disk (or queued for creation); the last one is active.
     pub(super) segments: BTreeSet<u64>,
@@ -83,6 +86,7 @@ impl<NID: NodeId> State<NID> {
             slots: VecDeque::new(),
             vote: None,
             committed: None,
+            committed_dirty: false,
             purged: None,
             segments: BTreeSet::new(),
             active_len: 0,
@@ -248,6 +252,33 @@ impl<NID: NodeId> State<NID> {
         self.tx.as_ref().ok_or(LogError::WriterGone)?.send(ops)
     }
 
+    /// Records the committed id in memory only. It reaches disk in front of the next record
+    /// queued for any other reason (an append, a vote, a truncation, a purge, a new
+    /// segment's meta record) or at the next [`flush`](super::LogStore::flush), so it never
+    /// costs an fdatasync of its own.
+    ///
+    /// Why this is safe: persisting `committed` is optional in Raft (a restarted node
+    /// relearns it from the leader; openraft only uses it to re-apply at startup). And the
+    /// recovered value never exceeds the recovered log: the entries up to `committed` were
+    /// queued before this call (openraft commits only entries it has appended), the record
+    /// is queued later still, and a torn tail only ever cuts a suffix of the file, so if
+    /// the committed record survives, every entry it covers survives too.
+    pub(super) fn set_committed(&mut self, committed: Option<LogId<NID>>) {
+        self.committed = committed;
+        self.committed_dirty = true;
+    }
+
+    /// Queues the committed id if [`set_committed`](Self::set_committed) left it unwritten.
+    pub(super) fn queue_committed(&mut self) -> Result<(), LogError> {
+        if !self.committed_dirty {
+            return Ok(());
+        }
+        let payload = Bytes::from(postcard::to_stdvec(&self.committed)?);
+        self.queue_record(Kind::Committed, payload)?;
+        self.committed_dirty = false;
+        Ok(())
+    }
+
     /// Starts a new segment whose first record is the current [`MetaRecord`], so that
     /// older segments can later be deleted without losing vote, committed or purged.
     pub(super) fn start_segment(&mut self) -> Result<(), LogError> {
@@ -262,6 +293,8 @@ impl<NID: NodeId> State<NID> {
         };
         let payload = Bytes::from(postcard::to_stdvec(&meta)?);
         self.queue_record(Kind::Meta, payload)?;
+        // The meta record carries the committed id.
+        self.committed_dirty = false;
         Ok(())
     }
 
@@ -275,6 +308,7 @@ impl<NID: NodeId> State<NID> {
         if self.active_len >= self.segment_limit {
             self.start_segment()?;
         }
+        self.queue_committed()?;
         self.queue_record(kind, payload)
     }
 

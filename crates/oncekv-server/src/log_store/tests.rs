@@ -504,3 +504,108 @@ async fn back_to_back_appends_are_grouped() -> TestResult {
     assert!(used < n, "{n} appends used {used} fdatasyncs: no grouping");
     Ok(())
 }
+
+// openraft awaits save_committed inside its core loop on every commit: it must not wait
+// for an fdatasync of its own. The committed id then rides in front of the next record.
+#[tokio::test]
+async fn save_committed_costs_no_fdatasync_and_rides_with_the_next_append() -> TestResult {
+    let dir = TempDir::new()?;
+    let (gate, options, path) = gated(dir.path());
+    {
+        let mut store = LogStore::<TestConfig>::open(&path, options).await?;
+        append_one_by_one(&mut store, 1, 0..5).await?;
+        gate.close();
+        let before = store.fsync_count();
+        // Would hang at the closed gate if it waited for durability.
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            store.save_committed(Some(log_id(1, 4))),
+        )
+        .await??;
+        assert_eq!(store.fsync_count(), before, "save_committed wrote nothing");
+        assert_eq!(store.read_committed().await?, Some(log_id(1, 4)));
+        gate.open();
+        let seg = segment_path(&path, 1);
+        assert!(
+            !records(&seg).iter().any(|r| r.1 == Kind::Committed as u8),
+            "no committed record before the next write"
+        );
+        store.blocking_append([entry(1, 5)]).await?;
+        assert_eq!(store.fsync_count(), before + 1, "one fdatasync for both");
+        let kinds: Vec<u8> = records(&seg).iter().map(|r| r.1).collect();
+        assert_eq!(
+            kinds[kinds.len() - 2..],
+            [Kind::Committed as u8, Kind::Entry as u8],
+            "the committed id is written in front of the entry, in the same batch"
+        );
+    }
+    let mut store = open(&path).await?;
+    assert_eq!(store.read_committed().await?, Some(log_id(1, 4)));
+    assert_eq!(all_entries(&mut store).await?, expected(1, 0..6));
+    Ok(())
+}
+
+// With nothing else to write, flush() and a clean close still save the committed id.
+#[tokio::test]
+async fn flush_and_close_write_a_pending_committed_id() -> TestResult {
+    let dir = TempDir::new()?;
+    {
+        let mut store = open(dir.path()).await?;
+        append_one_by_one(&mut store, 1, 0..5).await?;
+        store.save_committed(Some(log_id(1, 2))).await?;
+        store.flush().await?;
+    }
+    {
+        let mut store = open(dir.path()).await?;
+        assert_eq!(store.read_committed().await?, Some(log_id(1, 2)));
+        store.save_committed(Some(log_id(1, 3))).await?;
+    }
+    let mut store = open(dir.path()).await?;
+    assert_eq!(store.read_committed().await?, Some(log_id(1, 3)));
+    Ok(())
+}
+
+// A crash can cut any suffix of the last batch. Whatever it cuts, the recovered committed
+// id must not point past the recovered log (openraft would try to apply entries that are
+// gone). Cuts every byte position of a batch holding a committed id and entries.
+#[tokio::test]
+async fn recovered_committed_never_exceeds_the_recovered_log() -> TestResult {
+    let template = TempDir::new()?;
+    {
+        let mut store = open(template.path()).await?;
+        append_one_by_one(&mut store, 1, 0..4).await?;
+        store.save_committed(Some(log_id(1, 3))).await?;
+        // One batch: committed(3), entries 4..8; then committed(7) alone via flush.
+        store.blocking_append((4..8).map(|i| entry(1, i))).await?;
+        store.save_committed(Some(log_id(1, 7))).await?;
+        store.flush().await?;
+    }
+    let seg = segment_path(template.path(), 1);
+    let full = fs::read(&seg)?;
+    let recs = records(&seg);
+    let first_committed = recs
+        .iter()
+        .find(|r| r.1 == Kind::Committed as u8)
+        .map(|r| r.0)
+        .ok_or("no committed record written")?;
+    for cut in (first_committed..full.len()).step_by(7) {
+        let dir = TempDir::new()?;
+        let path = dir.path().join("log");
+        fs::create_dir_all(&path)?;
+        for id in segment_ids(template.path()) {
+            fs::copy(segment_path(template.path(), id), segment_path(&path, id))?;
+        }
+        OpenOptions::new()
+            .write(true)
+            .open(segment_path(&path, 1))?
+            .set_len(cut as u64)?;
+        let mut store = open(&path).await?;
+        let last = store.get_log_state().await?.last_log_id.map(|l| l.index);
+        let committed = store.read_committed().await?.map(|l| l.index);
+        assert!(
+            committed <= last,
+            "cut at {cut}: committed {committed:?} beyond last entry {last:?}"
+        );
+    }
+    Ok(())
+}

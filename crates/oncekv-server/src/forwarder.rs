@@ -1,0 +1,240 @@
+//! A follower's side of write forwarding: commands bound for the leader travel in batches,
+//! one peer RPC per batch instead of one per client request.
+//!
+//! Client requests that reach a follower queue on a channel. A single task takes whatever
+//! has queued for the same leader (up to a batch limit) and sends it as one
+//! [`Forwarded::ProposeBatch`]; the leader proposes every command of it through its own
+//! proposer (where they share log entries with everything else) and answers with one
+//! response per command, in order. A bounded number of batches is in flight at once;
+//! while they are, new requests accumulate into the next batch (as in the proposer).
+//!
+//! Failure semantics are those of forwarding one command at a time: an RPC that fails or
+//! times out fails every command of its batch with the same error, each of which leaves
+//! that command's outcome unknown (see [`ProposeError`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use oncekv_core::{Command, Response};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::network::PeerChannels;
+use crate::node::{Forwarded, ForwardedReply};
+use crate::pb::oncekv::ForwardRequest;
+use crate::proposer::{BatchLimits, ProposeError, approx_size};
+use crate::transport::MessageKind;
+use crate::types::{Member, NodeId};
+
+struct Pending {
+    leader: NodeId,
+    command: Command,
+    reply: oneshot::Sender<Result<Response, ProposeError>>,
+}
+
+/// Handle for forwarding commands to the leader in batches.
+#[derive(Debug, Clone)]
+pub struct Forwarder {
+    tx: mpsc::Sender<Pending>,
+    stats: Arc<Stats>,
+}
+
+/// Counters of what a [`Forwarder`] sent (metrics, tests).
+#[derive(Debug, Default)]
+struct Stats {
+    batches: AtomicU64,
+    commands: AtomicU64,
+}
+
+/// What the batching task needs to reach the leader.
+struct Route {
+    peers: PeerChannels,
+    members: Arc<BTreeMap<NodeId, Member>>,
+    timeout: Duration,
+}
+
+impl Forwarder {
+    /// Starts the batching task. Batches obey `limits.max_commands` and `max_bytes`; at
+    /// most `limits.max_forwards_in_flight` RPCs are outstanding. Each RPC has `timeout`.
+    pub fn spawn(
+        peers: PeerChannels,
+        members: Arc<BTreeMap<NodeId, Member>>,
+        limits: BatchLimits,
+        timeout: Duration,
+    ) -> Forwarder {
+        let (tx, rx) = mpsc::channel(64 * 1024);
+        let route = Arc::new(Route {
+            peers,
+            members,
+            timeout,
+        });
+        let stats = Arc::new(Stats::default());
+        tokio::spawn(run(route, rx, limits, stats.clone()));
+        Forwarder { tx, stats }
+    }
+
+    /// `(batches, commands)` sent to a leader so far: the batching factor is their ratio.
+    pub fn sent(&self) -> (u64, u64) {
+        (
+            self.stats.batches.load(Ordering::Relaxed),
+            self.stats.commands.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Forwards `command` to `leader` and waits for its response (or `timeout`).
+    pub async fn forward(
+        &self,
+        leader: NodeId,
+        command: Command,
+        timeout: Duration,
+    ) -> Result<Response, ProposeError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Pending {
+                leader,
+                command,
+                reply,
+            })
+            .await
+            .map_err(|_| ProposeError::Stopped)?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(ProposeError::Stopped),
+            Err(_) => Err(ProposeError::Timeout),
+        }
+    }
+}
+
+async fn run(
+    route: Arc<Route>,
+    mut rx: mpsc::Receiver<Pending>,
+    limits: BatchLimits,
+    stats: Arc<Stats>,
+) {
+    let in_flight = Arc::new(Semaphore::new(limits.max_forwards_in_flight.max(1)));
+    let mut carry: Option<Pending> = None;
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let first = match carry.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let leader = first.leader;
+        let mut bytes = approx_size(&first.command);
+        let mut batch = vec![first];
+        while batch.len() < limits.max_commands && bytes < limits.max_bytes {
+            match rx.try_recv() {
+                Ok(p) if p.leader != leader => {
+                    carry = Some(p);
+                    break;
+                }
+                Ok(p) => {
+                    bytes += approx_size(&p.command);
+                    batch.push(p);
+                }
+                Err(_) => break,
+            }
+        }
+        let (commands, replies): (Vec<_>, Vec<_>) =
+            batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        let route = route.clone();
+        tokio::spawn(async move {
+            let n = commands.len();
+            let result = send(&route, leader, commands).await;
+            drop(permit);
+            match result {
+                Ok(responses) if responses.len() == n => {
+                    for (reply, r) in replies.into_iter().zip(responses) {
+                        let _ = reply.send(r);
+                    }
+                }
+                Ok(responses) => {
+                    let err = ProposeError::Internal(format!(
+                        "the leader answered {} of {n} forwarded commands",
+                        responses.len()
+                    ));
+                    for reply in replies {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                }
+                Err(err) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// One `Forward` RPC carrying `commands`; the leader's per-command results.
+async fn send(
+    route: &Route,
+    leader: NodeId,
+    commands: Vec<Command>,
+) -> Result<Vec<Result<Response, ProposeError>>, ProposeError> {
+    let reply = forward_rpc(
+        &route.peers,
+        &route.members,
+        leader,
+        &Forwarded::ProposeBatch(commands),
+        route.timeout,
+    )
+    .await?;
+    match reply {
+        ForwardedReply::Responses(r) => Ok(r),
+        ForwardedReply::Error(e) => Err(e),
+        other => Err(ProposeError::Internal(format!(
+            "unexpected reply from leader: {other:?}"
+        ))),
+    }
+}
+
+/// Sends one [`Forwarded`] request to `leader` over the peer service.
+pub(crate) async fn forward_rpc(
+    peers: &PeerChannels,
+    members: &BTreeMap<NodeId, Member>,
+    leader: NodeId,
+    req: &Forwarded,
+    timeout: Duration,
+) -> Result<ForwardedReply, ProposeError> {
+    let url = members
+        .get(&leader)
+        .map(|m| m.peer_url.as_str())
+        .ok_or(ProposeError::NoLeader)?;
+    let payload = postcard::to_allocvec(req).map_err(|e| ProposeError::Internal(e.to_string()))?;
+    let mut client = peers.raft_client(url).map_err(ProposeError::Internal)?;
+    let payload = bytes::Bytes::from(payload);
+    // Simulation only: the network may deliver this message a second time, later.
+    if let Some(delay) = peers.duplicate(MessageKind::Forward) {
+        let (mut copy_client, copy) = (client.clone(), payload.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut request = tonic::Request::new(ForwardRequest { payload: copy });
+            request.set_timeout(timeout);
+            let _ = copy_client.forward(request).await;
+        });
+    }
+    let mut request = tonic::Request::new(ForwardRequest { payload });
+    request.set_timeout(timeout);
+    let reply = client.forward(request).await.map_err(|s| match s.code() {
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ProposeError::Timeout,
+        _ => ProposeError::NoLeader,
+    })?;
+    let reply: ForwardedReply = postcard::from_bytes(&reply.into_inner().payload)
+        .map_err(|e| ProposeError::Internal(format!("bad reply from leader: {e}")))?;
+    match reply {
+        ForwardedReply::Error(e) => Err(e),
+        other => Ok(other),
+    }
+}
