@@ -23,7 +23,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use crate::network::PeerChannels;
 use crate::node::{Forwarded, ForwardedReply};
 use crate::pb::oncekv::ForwardRequest;
-use crate::proposer::{BatchLimits, ProposeError, approx_size};
+use crate::proposer::{BatchLimits, ProposeError, next_batch};
 use crate::transport::MessageKind;
 use crate::types::{Member, NodeId};
 
@@ -118,29 +118,19 @@ async fn run(
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        let first = match carry.take() {
-            Some(p) => p,
-            None => match rx.recv().await {
-                Some(p) => p,
-                None => return,
-            },
+        // A batch goes to one leader: a command for another starts the next batch.
+        let Some(batch) = next_batch(
+            &mut rx,
+            &mut carry,
+            &limits,
+            |p: &Pending| &p.command,
+            |first, p| p.leader != first.leader,
+        )
+        .await
+        else {
+            return;
         };
-        let leader = first.leader;
-        let mut bytes = approx_size(&first.command);
-        let mut batch = vec![first];
-        while batch.len() < limits.max_commands && bytes < limits.max_bytes {
-            match rx.try_recv() {
-                Ok(p) if p.leader != leader => {
-                    carry = Some(p);
-                    break;
-                }
-                Ok(p) => {
-                    bytes += approx_size(&p.command);
-                    batch.push(p);
-                }
-                Err(_) => break,
-            }
-        }
+        let leader = batch[0].leader;
         let (commands, replies): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|p| (p.command, p.reply)).unzip();
         stats.batches.fetch_add(1, Ordering::Relaxed);

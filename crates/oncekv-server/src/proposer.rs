@@ -157,6 +157,39 @@ impl Proposer {
     }
 }
 
+/// The next batch from `rx`: the item carried over from the last batch (or, if none, the
+/// next one to arrive), then whatever is already queued, until `limits` are reached. An
+/// item that `starts_new(first, item)` says may not join the batch is carried into the
+/// next one. `None` once the channel is closed and empty.
+pub(crate) async fn next_batch<T>(
+    rx: &mut mpsc::Receiver<T>,
+    carry: &mut Option<T>,
+    limits: &BatchLimits,
+    command: impl Fn(&T) -> &Command,
+    starts_new: impl Fn(&T, &T) -> bool,
+) -> Option<Vec<T>> {
+    let first = match carry.take() {
+        Some(p) => p,
+        None => rx.recv().await?,
+    };
+    let mut bytes = approx_size(command(&first));
+    let mut batch = vec![first];
+    while batch.len() < limits.max_commands && bytes < limits.max_bytes {
+        match rx.try_recv() {
+            Ok(p) if starts_new(&batch[0], &p) => {
+                *carry = Some(p);
+                break;
+            }
+            Ok(p) => {
+                bytes += approx_size(command(&p));
+                batch.push(p);
+            }
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
+
 /// Roughly how many bytes `c` adds to an entry (for batch limits).
 pub(crate) fn approx_size(c: &Command) -> usize {
     match c {
@@ -188,30 +221,19 @@ async fn run(
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
-        let first = match carry.take() {
-            Some(p) => p,
-            None => match rx.recv().await {
-                Some(p) => p,
-                None => return,
-            },
-        };
-        let mut bytes = approx_size(&first.command);
-        let mut batch = vec![first];
         // A RegisterClient must come first in its entry (its client id is the entry's
         // index), so a second one waits for the next entry.
-        while batch.len() < limits.max_commands && bytes < limits.max_bytes {
-            match rx.try_recv() {
-                Ok(p) if matches!(p.command, Command::RegisterClient { .. }) => {
-                    carry = Some(p);
-                    break;
-                }
-                Ok(p) => {
-                    bytes += approx_size(&p.command);
-                    batch.push(p);
-                }
-                Err(_) => break,
-            }
-        }
+        let Some(batch) = next_batch(
+            &mut rx,
+            &mut carry,
+            &limits,
+            |p| &p.command,
+            |_, p| matches!(p.command, Command::RegisterClient { .. }),
+        )
+        .await
+        else {
+            return;
+        };
         let applied_time = applied.read().sm.cluster_time();
         last_stamp = last_stamp.max(clock.now_ms()).max(applied_time);
         let (commands, replies): (Vec<_>, Vec<_>) =
