@@ -11,9 +11,12 @@ use oncekv_core::waiting_list::{WaitError, WaitingList};
 
 use oncekv_core::{Command, RangeRequest, Response, Settings};
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use tonic::transport::server::Connected;
 
 use crate::disk::Disk;
 use crate::forwarder::{Forwarder, forward_rpc};
@@ -340,26 +343,11 @@ impl Node {
         let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
         let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
         let core = Node::open(config, None, None).await?;
-        let (stop, stop_rx) = watch::channel(false);
-        let servers = [
-            tokio::spawn(crate::services::serve_clients(
-                core.clone(),
-                crate::services::incoming(client_listener),
-                stop_rx.clone(),
-            )),
-            tokio::spawn(crate::services::serve_peers(
-                core.clone(),
-                crate::services::incoming(peer_listener),
-                stop_rx.clone(),
-            )),
-        ];
         Ok(Node::run(
             core,
-            client_addr,
-            peer_addr,
-            stop,
-            stop_rx,
-            servers,
+            (client_addr, peer_addr),
+            crate::services::incoming(client_listener),
+            crate::services::incoming(peer_listener),
         ))
     }
 
@@ -371,26 +359,11 @@ impl Node {
     ) -> Result<Node, StartError> {
         let (client_addr, peer_addr) = (config.client_addr, config.peer_addr);
         let core = Node::open(config, Some(transport.connector), transport.duplicator).await?;
-        let (stop, stop_rx) = watch::channel(false);
-        let servers = [
-            tokio::spawn(crate::services::serve_clients(
-                core.clone(),
-                transport.clients,
-                stop_rx.clone(),
-            )),
-            tokio::spawn(crate::services::serve_peers(
-                core.clone(),
-                transport.peers,
-                stop_rx.clone(),
-            )),
-        ];
         Ok(Node::run(
             core,
-            client_addr,
-            peer_addr,
-            stop,
-            stop_rx,
-            servers,
+            (client_addr, peer_addr),
+            transport.clients,
+            transport.peers,
         ))
     }
 
@@ -492,18 +465,35 @@ impl Node {
         Ok(core)
     }
 
-    /// Spawns the background tasks next to the `servers` already running.
-    fn run(
+    /// Serves clients and peers on the given connection streams and spawns the background
+    /// tasks.
+    fn run<C, P, CIO, PIO>(
         core: Arc<NodeCore>,
-        client_addr: SocketAddr,
-        peer_addr: SocketAddr,
-        stop: watch::Sender<bool>,
-        stop_rx: watch::Receiver<bool>,
-        servers: [JoinHandle<()>; 2],
-    ) -> Node {
-        let mut tasks = Vec::from(servers);
-        tasks.push(tokio::spawn(ticker(core.clone(), stop_rx.clone())));
-        tasks.push(tokio::spawn(leadership_watch(core.clone(), stop_rx)));
+        (client_addr, peer_addr): (SocketAddr, SocketAddr),
+        clients: C,
+        peers: P,
+    ) -> Node
+    where
+        C: futures::Stream<Item = std::io::Result<CIO>> + Send + 'static,
+        P: futures::Stream<Item = std::io::Result<PIO>> + Send + 'static,
+        CIO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        PIO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    {
+        let (stop, stop_rx) = watch::channel(false);
+        let tasks = vec![
+            tokio::spawn(crate::services::serve_clients(
+                core.clone(),
+                clients,
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::services::serve_peers(
+                core.clone(),
+                peers,
+                stop_rx.clone(),
+            )),
+            tokio::spawn(ticker(core.clone(), stop_rx.clone())),
+            tokio::spawn(leadership_watch(core.clone(), stop_rx)),
+        ];
         let id = core.id;
         tracing::info!(name = %core.config.name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
         Node {
