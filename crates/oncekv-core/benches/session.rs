@@ -22,10 +22,12 @@
 //! through 128 MiB, the session table's size at 1 M sessions), the floor for any lookup
 //! that has to wait for its session.
 //!
-//! (b) is also printed before its criterion benchmarks, as an interleaved A/B run: blocks of
-//! 20 k untracked and 20 k tracked puts alternate for 30 rounds and the medians are compared,
-//! so load changes on a shared machine hit both sides alike (criterion's separate runs can
-//! differ by tens of percent there). Both sides draw the same random client and key; only the
+//! (b) is also printed before its criterion benchmarks, as an interleaved A/B run: 101
+//! rounds, each a block of 6,400 untracked puts and a block of 6,400 tracked ones back to
+//! back, each block's entries built before its clock starts (building a command is not
+//! applying it). A change of load on a shared machine then hits both sides of a round
+//! alike (criterion's separate runs can differ by tens of percent there); the overhead is
+//! taken per round and its median and quartiles printed. Both sides draw the same random client and key; only the
 //! command differs. Every session first gets one saved response (its steady state), and a
 //! tracked put acknowledges everything before it, so saved responses never pile up. The
 //! store holds 100 k keys (`/registry/pods/default/pod-NNNNNNNN`, 35 bytes, etcd-style)
@@ -226,8 +228,10 @@ fn bench_duplicate_check(c: &mut Criterion) {
             seq: 1,
             first_incomplete: 1,
         };
-        assert_eq!(table.check(req, WINDOW), Verdict::Execute);
-        table.save(client_id, 1, &reply, 1_000);
+        let Verdict::Execute(admitted) = table.check(req, WINDOW) else {
+            panic!("a new session's first seq is not admitted");
+        };
+        table.save(admitted, &reply, 1_000);
     }
     let dup = |client_id| RequestId {
         client_id,
@@ -333,18 +337,13 @@ impl Loaded {
         }
     }
 
-    /// One entry with one Put of a random key by a random client; identical work in both
-    /// variants except the session rules. A tracked put uses seq = log index (increasing per
-    /// client) with first_incomplete = seq, i.e. the client holds every earlier response, so
-    /// each session keeps exactly one saved response and memory stays flat however long
-    /// criterion runs.
-    fn apply_put(&mut self, tracked: bool, clients: u64) -> usize {
-        self.apply_puts(tracked, clients, 1)
-    }
-
-    /// One entry with `per_entry` Puts, each of a random key by a random client, as the
-    /// server logs them under load (its proposer batches whatever is waiting into one entry).
-    fn apply_puts(&mut self, tracked: bool, clients: u64, per_entry: usize) -> usize {
+    /// One entry with `per_entry` Puts, each of a random key by a random client, with the
+    /// log index to apply it at; identical in both variants except the session fields. With
+    /// more than one per entry it is what the server logs under load (its proposer batches
+    /// whatever is waiting into one entry). A tracked put's seq rises with the log index and
+    /// acknowledges everything before it (first_incomplete = seq), so each session keeps
+    /// exactly one saved response and memory stays flat however long criterion runs.
+    fn put_entries(&mut self, tracked: bool, clients: u64, per_entry: usize) -> (u64, LogPayload) {
         self.index += 1;
         self.time += 1;
         let mut commands = Vec::with_capacity(per_entry);
@@ -376,32 +375,67 @@ impl Loaded {
             cluster_time: self.time,
             commands,
         };
-        self.sm.apply(self.index, &entry).len()
+        (self.index, entry)
     }
 }
 
-/// (b), robust to a busy machine: untracked and tracked blocks alternate, so a change of
-/// load hits both alike; returns the medians of the per-put times (ns) over the rounds.
-fn interleaved(loaded: &mut Loaded, clients: u64, per_entry: usize) -> (f64, f64) {
-    const ROUNDS: usize = 30;
-    const BLOCK: u32 = 20_000;
+/// Rounds and puts per block of the interleaved A/B run (a block is a multiple of 64 puts).
+const ROUNDS: usize = 101;
+const BLOCK: usize = 6_400;
+
+/// What [`interleaved`] measured: medians over the rounds of the per-put times (ns), and
+/// the paired overhead (tracked / untracked - 1 of the same round) at its quartiles.
+struct AB {
+    untracked: f64,
+    tracked: f64,
+    overhead: [f64; 3],
+}
+
+/// (b), robust to a busy machine: each round applies a block of untracked puts and a block
+/// of tracked ones back to back (which goes first alternates), so a change of load hits
+/// both alike, and the overhead is taken per round before its median is taken.
+fn interleaved(loaded: &mut Loaded, clients: u64, per_entry: usize) -> AB {
     let mut untracked = Vec::with_capacity(ROUNDS);
     let mut tracked = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        for (is_tracked, out) in [(false, &mut untracked), (true, &mut tracked)] {
+    let entries = BLOCK / per_entry;
+    for round in 0..ROUNDS {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for is_tracked in order {
+            let block: Vec<(u64, LogPayload)> = (0..entries)
+                .map(|_| loaded.put_entries(is_tracked, clients, per_entry))
+                .collect();
             let started = Instant::now();
-            for _ in 0..BLOCK / per_entry as u32 {
-                black_box(loaded.apply_puts(is_tracked, clients, per_entry));
+            for (index, entry) in &block {
+                black_box(loaded.sm.apply(*index, entry));
             }
-            let puts = BLOCK / per_entry as u32 * per_entry as u32;
-            out.push(started.elapsed().as_nanos() as f64 / f64::from(puts));
+            let took = started.elapsed();
+            drop(block);
+            let per_put = took.as_nanos() as f64 / (entries * per_entry) as f64;
+            if is_tracked {
+                tracked.push(per_put);
+            } else {
+                untracked.push(per_put);
+            }
         }
     }
-    let median = |v: &mut Vec<f64>| {
+    let mut overhead: Vec<f64> = tracked
+        .iter()
+        .zip(&untracked)
+        .map(|(t, u)| (t / u - 1.0) * 100.0)
+        .collect();
+    let quartiles = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        [v[v.len() / 4], v[v.len() / 2], v[v.len() * 3 / 4]]
     };
-    (median(&mut untracked), median(&mut tracked))
+    AB {
+        untracked: quartiles(&mut untracked)[1],
+        tracked: quartiles(&mut tracked)[1],
+        overhead: quartiles(&mut overhead),
+    }
 }
 
 fn report_overhead(loaded: &mut Loaded) {
@@ -411,12 +445,14 @@ fn report_overhead(loaded: &mut Loaded) {
         ("random of 1M clients", SESSIONS, BATCH),
         ("1k active clients", ACTIVE, BATCH),
     ] {
-        let (untracked, tracked) = interleaved(loaded, clients, per_entry);
+        let ab = interleaved(loaded, clients, per_entry);
+        let [q1, median, q3] = ab.overhead;
         println!(
-            "apply Put, {label}, {per_entry} per entry (interleaved A/B, median of 30 rounds \
-             x 20k puts): untracked {untracked:.0} ns, tracked {tracked:.0} ns per put, \
-             tracked overhead {:+.1} % (target < 5 %)",
-            (tracked / untracked - 1.0) * 100.0
+            "apply Put, {label}, {per_entry} per entry (interleaved A/B, {ROUNDS} rounds x \
+             {BLOCK} puts each): untracked {:.0} ns, tracked {:.0} ns per put; tracked \
+             overhead {median:+.1} % (median of rounds; quartiles {q1:+.1} .. {q3:+.1} %; \
+             target < 5 %)",
+            ab.untracked, ab.tracked,
         );
     }
 }
@@ -426,22 +462,37 @@ fn bench_apply(c: &mut Criterion, loaded: &mut Loaded) {
     let mut group = c.benchmark_group("apply_put_1M_sessions_100k_keys");
     // Absolute figures; the overhead itself is best read from `report_overhead`, whose
     // alternating blocks are not skewed by the machine's load changing between benchmarks.
-    group.bench_function("untracked", |b| {
-        b.iter(|| loaded.apply_put(false, SESSIONS))
-    });
-    group.bench_function("tracked", |b| b.iter(|| loaded.apply_put(true, SESSIONS)));
+    // Entries are built (and dropped) outside the timed part, in chunks; applying them and
+    // dropping their responses is what is timed.
+    let mut bench = |name: &str, tracked: bool, clients: u64, per_entry: usize| {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut took = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let chunk = left.min(10_000);
+                    left -= chunk;
+                    let block: Vec<_> = (0..chunk)
+                        .map(|_| loaded.put_entries(tracked, clients, per_entry))
+                        .collect();
+                    let started = Instant::now();
+                    for (index, entry) in &block {
+                        black_box(loaded.sm.apply(*index, entry));
+                    }
+                    took += started.elapsed();
+                }
+                took
+            })
+        });
+    };
+    bench("untracked", false, SESSIONS, 1);
+    bench("tracked", true, SESSIONS, 1);
     // The same, with the puts coming from 1 k busy clients (sessions cache-warm).
-    group.bench_function("tracked_1k_active_clients", |b| {
-        b.iter(|| loaded.apply_put(true, ACTIVE))
-    });
+    bench("tracked_1k_active_clients", true, ACTIVE, 1);
     // Entries of 64 puts (per entry, not per put): apply brings the batch's sessions into
     // cache together before executing it (`SessionTable::warm`).
-    group.bench_function("untracked_64_per_entry", |b| {
-        b.iter(|| loaded.apply_puts(false, SESSIONS, BATCH))
-    });
-    group.bench_function("tracked_64_per_entry", |b| {
-        b.iter(|| loaded.apply_puts(true, SESSIONS, BATCH))
-    });
+    bench("untracked_64_per_entry", false, SESSIONS, BATCH);
+    bench("tracked_64_per_entry", true, SESSIONS, BATCH);
     group.finish();
     let stats = loaded.sm.stats();
     assert_eq!(stats.duplicates + stats.rejected, 0, "{stats:?}");

@@ -253,7 +253,10 @@ pub struct RangeResponse {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PutResponse {
-    pub prev_kv: Option<KeyValue>,
+    /// Boxed: most puts do not ask for it, and every reply moves through the apply path
+    /// and the saved-response table, which is cheaper when `OpResponse` is small. (Encoded
+    /// exactly as an unboxed `Option<KeyValue>`.)
+    pub prev_kv: Option<Box<KeyValue>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 //! txn can make several changes at the revision it will commit.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -210,30 +211,50 @@ impl KvStore {
         Ok(RangeResponse { kvs, more, count })
     }
 
-    /// Sets `key` to `value` with `lease`, returning the previous value. The caller has
-    /// checked the request (non-empty key, lease exists) and keeps the lease table in step.
-    pub fn put(&mut self, w: &mut Write, key: Bytes, value: Bytes, lease: i64) -> Option<Value> {
+    /// Sets `key`, in one search of the map. `value` / `lease` of `None` keep the key's
+    /// current one (etcd's `ignore_value` / `ignore_lease`; the caller has checked that the
+    /// key exists). Returns the previous value and the lease the key now has; the caller
+    /// has checked the request (non-empty key, lease exists) and keeps the lease table in
+    /// step.
+    pub fn put(
+        &mut self,
+        w: &mut Write,
+        key: &Bytes,
+        value: Option<&Bytes>,
+        lease: Option<i64>,
+    ) -> (Option<Value>, i64) {
         w.changed = true;
         let rev = w.revision;
-        match self.map.get_mut(&key) {
-            Some(v) => {
-                let prev = v.clone();
+        match self.map.entry(key.clone()) {
+            Entry::Occupied(mut slot) => {
+                let v = slot.get_mut();
+                // The old value moves into `prev` rather than being copied.
+                let prev_value = match value {
+                    Some(value) => std::mem::replace(&mut v.value, value.clone()),
+                    None => v.value.clone(),
+                };
+                let prev = Value {
+                    create_revision: v.create_revision,
+                    mod_revision: v.mod_revision,
+                    version: v.version,
+                    value: prev_value,
+                    lease: v.lease,
+                };
                 v.mod_revision = rev;
                 v.version += 1;
-                v.value = value;
-                v.lease = lease;
-                Some(prev)
+                v.lease = lease.unwrap_or(v.lease);
+                (Some(prev), v.lease)
             }
-            None => {
-                let v = Value {
+            Entry::Vacant(slot) => {
+                let lease = lease.unwrap_or(0);
+                slot.insert(Value {
                     create_revision: rev,
                     mod_revision: rev,
                     version: 1,
-                    value,
+                    value: value.cloned().unwrap_or_default(),
                     lease,
-                };
-                self.map.insert(key, v);
-                None
+                });
+                (None, lease)
             }
         }
     }

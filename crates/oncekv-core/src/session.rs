@@ -214,12 +214,32 @@ pub struct RequestId {
 /// What [`SessionTable::check`] decided.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict<'a> {
-    /// Rule 7: apply the op, then call [`SessionTable::save`] with its reply.
-    Execute,
+    /// Rule 7: apply the op, then hand its reply to [`SessionTable::save`] with this.
+    Execute(Admitted),
     /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing.
     Duplicate(SavedReply<'a>),
     /// Rules 1, 2, 4, 6: not applied.
     Reject(SessionError),
+}
+
+/// A request [`SessionTable::check`] admitted for execution: its session and seq, and
+/// where the session sits in the table, so that [`SessionTable::save`] need not search
+/// for it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    client_id: u64,
+    seq: u64,
+    slot: usize,
+}
+
+impl Admitted {
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
 }
 
 /// All sessions, with their deadline index.
@@ -308,17 +328,22 @@ impl SessionTable {
     }
 
     /// Rules 1–6 for a tracked command, in order. On [`Verdict::Execute`] the caller MUST
-    /// apply the op and then call [`save`](Self::save) with the same `client_id` and `seq`
-    /// before applying anything else for this session.
+    /// apply the op and then call [`save`](Self::save) with what it carries before
+    /// applying anything else for this session.
     ///
     /// Reads one cache line (the session record) unless the client id collides in the
     /// table, or the seq is a duplicate whose reply did not fit inline, or the client has
     /// several saved responses and this request acknowledges some or is below the newest.
+    #[inline]
     pub fn check(&mut self, req: RequestId, window: u64) -> Verdict<'_> {
-        let session = match Self::authenticate(&mut self.sessions, req.client_id, req.secret) {
-            Ok(session) => session,
-            Err(e) => return Verdict::Reject(e),
+        // Rule 1, then rule 2 (as in `authenticate`, keeping the bucket's position).
+        let client_id = req.client_id;
+        let Some((slot, session)) = self.sessions.find_mut(client_id) else {
+            return Verdict::Reject(SessionError::SessionExpired { client_id });
         };
+        if session.secret != req.secret {
+            return Verdict::Reject(SessionError::PermissionDenied { client_id });
+        }
         // Rule 3: the client no longer needs responses below `first_incomplete`.
         if let Some(first_incomplete) = NonZeroU64::new(req.first_incomplete)
             && first_incomplete > session.acked_below
@@ -346,20 +371,31 @@ impl SessionTable {
                 limit: limit - 1,
             });
         }
-        Verdict::Execute
+        Verdict::Execute(Admitted {
+            client_id,
+            seq: req.seq,
+            slot,
+        })
     }
 
-    /// Rule 7's tail: saves `reply` for `seq` and marks the session active at `now`.
-    /// Call only after [`check`](Self::check) answered [`Verdict::Execute`] for this seq.
-    /// Copies `reply` only if it does not fit in the session record.
-    pub fn save(&mut self, client_id: u64, seq: u64, reply: &OpReply, now: u64) {
-        let Some(session) = self.sessions.get_mut(client_id) else {
+    /// Rule 7's tail: saves `reply` for the admitted seq and marks the session active at
+    /// `now`. `admitted` comes from [`check`](Self::check)'s [`Verdict::Execute`]; if
+    /// sessions were added or removed since, the session is looked up again. Copies `reply`
+    /// only if it does not fit in the session record.
+    #[inline]
+    pub fn save(&mut self, admitted: Admitted, reply: &OpReply, now: u64) {
+        let Admitted {
+            client_id,
+            seq,
+            slot,
+        } = admitted;
+        let Some(session) = self.sessions.get_mut_near(slot, client_id) else {
             debug_assert!(false, "save() without a successful check()");
             return;
         };
         session.last_active = session.last_active.max(now);
-        // A seq already saved is only reachable when a caller broke the contract above
-        // (the simulation's `--break dedup`): its reply is replaced, seqs stay unique.
+        // A seq already saved is only reachable when a caller broke the contract above:
+        // its reply is replaced, seqs stay unique.
         session.saved.insert(seq, reply);
     }
 

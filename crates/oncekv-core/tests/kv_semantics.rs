@@ -364,7 +364,7 @@ fn put_returns_prev_kv_only_when_asked() {
     assert_eq!(
         second,
         OpResponse::Put(PutResponse {
-            prev_kv: Some(prev)
+            prev_kv: Some(Box::new(prev))
         })
     );
     let third = r.ok(Op::put("k", "3"));

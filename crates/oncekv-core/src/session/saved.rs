@@ -47,6 +47,7 @@ struct Packed {
 
 impl Packed {
     /// `None` if `reply` does not fit.
+    #[inline]
     fn pack(reply: &OpReply) -> Option<Packed> {
         if !(0..PACKED_REVISION_LIMIT).contains(&reply.revision) {
             return None;
@@ -154,6 +155,7 @@ pub(crate) struct Saved {
 impl Saved {
     /// The saved reply of `seq`. A seq above the newest saved one is answered without
     /// touching the spill.
+    #[inline]
     pub(crate) fn get(&self, seq: u64) -> Option<SavedReply<'_>> {
         let newest = self.newest.as_ref()?;
         if seq > newest.seq {
@@ -171,15 +173,24 @@ impl Saved {
     }
 
     /// Rule 3: forgets every reply below `first_incomplete`.
+    #[inline]
     pub(crate) fn drop_below(&mut self, first_incomplete: u64) {
         let Some(newest) = self.newest else {
             return;
         };
         if newest.seq < first_incomplete {
+            // A client that waits for each reply acknowledges everything: the usual case.
             self.newest = None;
-            self.spill = None;
+            if self.spill.is_some() {
+                self.spill = None;
+            }
             return;
         }
+        self.drop_spilled_below(first_incomplete);
+    }
+
+    /// [`drop_below`](Self::drop_below) when the newest saved seq stays.
+    fn drop_spilled_below(&mut self, first_incomplete: u64) {
         if let Some(spill) = &mut self.spill {
             let keep_from = spill
                 .entries
@@ -195,6 +206,7 @@ impl Saved {
     /// Saves `reply` for `seq`, replacing a reply already saved for it (which only a
     /// caller that broke [`SessionTable::check`](super::SessionTable::check)'s contract
     /// can cause). Clones `reply` only when it cannot be packed inline.
+    #[inline]
     pub(crate) fn insert(&mut self, seq: u64, reply: &OpReply) {
         match self.newest {
             Some(newest) if seq < newest.seq => self.spill_insert(seq, reply.clone()),
@@ -215,6 +227,7 @@ impl Saved {
         }
     }
 
+    #[inline]
     fn set_newest(&mut self, seq: u64, reply: &OpReply) {
         let packed = Packed::pack(reply);
         if packed.is_none() {
@@ -223,6 +236,7 @@ impl Saved {
         self.newest = Some(Newest { seq, reply: packed });
     }
 
+    #[inline(never)]
     fn spill_insert(&mut self, seq: u64, reply: OpReply) {
         let spill = self.spill.get_or_insert_with(|| {
             Box::new(Spill {
@@ -380,11 +394,11 @@ mod tests {
         OpReply {
             revision,
             result: Ok(OpResponse::Put(PutResponse {
-                prev_kv: Some(KeyValue {
+                prev_kv: Some(Box::new(KeyValue {
                     key: "k".into(),
                     value: "old".into(),
                     ..KeyValue::default()
-                }),
+                })),
             })),
         }
     }

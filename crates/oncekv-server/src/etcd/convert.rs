@@ -176,7 +176,7 @@ pub fn range_response(
 pub fn put_response(r: core::PutResponse, header: Option<pb::ResponseHeader>) -> pb::PutResponse {
     pb::PutResponse {
         header,
-        prev_kv: r.prev_kv.map(key_value),
+        prev_kv: r.prev_kv.map(|kv| key_value(*kv)),
     }
 }
 
