@@ -228,10 +228,10 @@ fn bench_duplicate_check(c: &mut Criterion) {
             seq: 1,
             first_incomplete: 1,
         };
-        let Verdict::Execute(admitted) = table.check(req, WINDOW) else {
+        let Verdict::Execute(pending) = table.check(req, WINDOW) else {
             panic!("a new session's first seq is not admitted");
         };
-        table.save(admitted, &reply, 1_000);
+        pending.save(&reply, 1_000);
     }
     let dup = |client_id| RequestId {
         client_id,

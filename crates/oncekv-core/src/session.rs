@@ -214,31 +214,39 @@ pub struct RequestId {
 /// What [`SessionTable::check`] decided.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict<'a> {
-    /// Rule 7: apply the op, then hand its reply to [`SessionTable::save`] with this.
-    Execute(Admitted),
+    /// Rule 7: apply the op, then hand its reply to [`Pending::save`].
+    Execute(Pending<'a>),
     /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing.
     Duplicate(SavedReply<'a>),
     /// Rules 1, 2, 4, 6: not applied.
     Reject(SessionError),
 }
 
-/// A request [`SessionTable::check`] admitted for execution: its session and seq, and
-/// where the session sits in the table, so that [`SessionTable::save`] need not search
-/// for it again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admitted {
-    client_id: u64,
+/// A request [`SessionTable::check`] admitted for execution (rule 7). It holds the
+/// request's session until [`save`](Self::save) stores the op's reply there, so nothing
+/// else can happen to the session in between and the session is not looked up twice.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Pending<'a> {
+    session: &'a mut Session,
     seq: u64,
-    slot: usize,
 }
 
-impl Admitted {
+impl Pending<'_> {
     pub fn client_id(&self) -> u64 {
-        self.client_id
+        self.session.client_id
     }
 
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// Rule 7's tail: saves `reply` for the admitted seq and marks the session active at
+    /// `now`. Copies `reply` only if it does not fit in the session record.
+    #[inline]
+    pub fn save(self, reply: &OpReply, now: u64) {
+        let session = self.session;
+        session.last_active = session.last_active.max(now);
+        session.saved.insert(self.seq, reply);
     }
 }
 
@@ -328,17 +336,16 @@ impl SessionTable {
     }
 
     /// Rules 1–6 for a tracked command, in order. On [`Verdict::Execute`] the caller MUST
-    /// apply the op and then call [`save`](Self::save) with what it carries before
-    /// applying anything else for this session.
+    /// apply the op and then [`save`](Pending::save) its reply.
     ///
     /// Reads one cache line (the session record) unless the client id collides in the
     /// table, or the seq is a duplicate whose reply did not fit inline, or the client has
     /// several saved responses and this request acknowledges some or is below the newest.
     #[inline]
     pub fn check(&mut self, req: RequestId, window: u64) -> Verdict<'_> {
-        // Rule 1, then rule 2 (as in `authenticate`, keeping the bucket's position).
+        // Rule 1, then rule 2 (as in `authenticate`).
         let client_id = req.client_id;
-        let Some((slot, session)) = self.sessions.find_mut(client_id) else {
+        let Some(session) = self.sessions.get_mut(client_id) else {
             return Verdict::Reject(SessionError::SessionExpired { client_id });
         };
         if session.secret != req.secret {
@@ -359,9 +366,20 @@ impl SessionTable {
                 acked_below,
             });
         }
-        // Rule 5.
-        if let Some(saved) = session.saved.get(req.seq) {
-            return Verdict::Duplicate(saved);
+        // Rule 5. (The reply is looked up through a shared borrow once it is known to be
+        // there: returning a borrow on one path while another keeps the session mutably
+        // borrowed is beyond today's borrow checker.)
+        if session.saved.contains(req.seq) {
+            let session: &Session = session;
+            return match session.saved.get(req.seq) {
+                Some(saved) => Verdict::Duplicate(saved),
+                // Unreachable (it was there just above); a refusal is the one answer that
+                // can never execute a request twice.
+                None => Verdict::Reject(SessionError::Stale {
+                    seq: req.seq,
+                    acked_below,
+                }),
+            };
         }
         // Rule 6: bounded memory without ever dropping a response the client may need.
         let limit = acked_below.saturating_add(window);
@@ -371,32 +389,10 @@ impl SessionTable {
                 limit: limit - 1,
             });
         }
-        Verdict::Execute(Admitted {
-            client_id,
+        Verdict::Execute(Pending {
+            session,
             seq: req.seq,
-            slot,
         })
-    }
-
-    /// Rule 7's tail: saves `reply` for the admitted seq and marks the session active at
-    /// `now`. `admitted` comes from [`check`](Self::check)'s [`Verdict::Execute`]; if
-    /// sessions were added or removed since, the session is looked up again. Copies `reply`
-    /// only if it does not fit in the session record.
-    #[inline]
-    pub fn save(&mut self, admitted: Admitted, reply: &OpReply, now: u64) {
-        let Admitted {
-            client_id,
-            seq,
-            slot,
-        } = admitted;
-        let Some(session) = self.sessions.get_mut_near(slot, client_id) else {
-            debug_assert!(false, "save() without a successful check()");
-            return;
-        };
-        session.last_active = session.last_active.max(now);
-        // A seq already saved is only reachable when a caller broke the contract above:
-        // its reply is replaced, seqs stay unique.
-        session.saved.insert(seq, reply);
     }
 
     /// Removes every session with `last_active + ttl < now`, returning their ids in the

@@ -115,7 +115,7 @@ impl StateMachine {
         }
         for (id, lease) in self.leases.expire(now) {
             self.stats.leases_expired += 1;
-            self.delete_keys(lease.keys);
+            self.exec().delete_keys(lease.keys);
             self.record(Expired::Lease { index, id });
         }
     }
@@ -160,13 +160,13 @@ impl StateMachine {
                 }
             }
             Command::Tracked(t) => self.apply_tracked(index, t),
-            Command::Untracked(op) => Response::Op(Ok(self.execute(index, op))),
+            Command::Untracked(op) => Response::Op(Ok(self.exec().execute(index, op))),
         }
     }
 
     /// The exactly-once rules (`shared/DESIGN.md` section 2): 1–6 in the session table,
-    /// 7 here. Builds the [`Response`] in place (an [`OpReply`] is large enough that moving
-    /// it through `Result` and `Response` shows in the cost of a put).
+    /// 7 here. The admitted session stays borrowed while the op runs, so its reply is saved
+    /// without looking the session up again.
     fn apply_tracked(&mut self, index: u64, t: &Tracked) -> Response {
         let id = RequestId {
             client_id: t.client_id,
@@ -174,8 +174,8 @@ impl StateMachine {
             seq: t.seq,
             first_incomplete: t.first_incomplete,
         };
-        let admitted = match self.sessions.check(id, self.settings.window) {
-            Verdict::Execute(admitted) => Some(admitted),
+        let pending = match self.sessions.check(id, self.settings.window) {
+            Verdict::Execute(pending) => Some(pending),
             Verdict::Duplicate(saved) if !self.probe.break_dedup => {
                 self.stats.duplicates += 1;
                 return Response::Op(Ok(saved.to_reply()));
@@ -191,192 +191,28 @@ impl StateMachine {
         if let Some(log) = &mut self.probe.executed {
             log.push((index, t.client_id, t.seq));
         }
-        let reply = self.execute(index, &t.op);
-        if let Some(admitted) = admitted {
-            self.sessions.save(admitted, &reply, self.cluster_time);
+        let now = self.cluster_time;
+        let reply = Exec {
+            kv: &mut self.kv,
+            leases: &mut self.leases,
+            settings: &self.settings,
+            now,
+        }
+        .execute(index, &t.op);
+        if let Some(pending) = pending {
+            pending.save(&reply, now);
         }
         Response::Op(Ok(reply))
     }
 
-    /// Runs an op against the store. Refusals (`Err` in the reply) change nothing.
-    fn execute(&mut self, index: u64, op: &Op) -> OpReply {
-        let result = match op {
-            Op::Put(p) => self.check_put(p).map(|()| {
-                let mut w = self.kv.begin();
-                let resp = self.put(&mut w, p);
-                self.kv.commit(w);
-                OpResponse::Put(resp)
-            }),
-            Op::DeleteRange(d) => self.check_delete(d).map(|()| {
-                let mut w = self.kv.begin();
-                let resp = self.delete(&mut w, d);
-                self.kv.commit(w);
-                OpResponse::DeleteRange(resp)
-            }),
-            Op::Txn(t) => self.txn(t).map(OpResponse::Txn),
-            Op::LeaseGrant { id, ttl } => self.lease_grant(index, *id, *ttl),
-            Op::LeaseRevoke { id } => match self.leases.revoke(*id) {
-                Some(lease) => {
-                    self.delete_keys(lease.keys);
-                    Ok(OpResponse::LeaseRevoke)
-                }
-                None => Err(OpError::LeaseNotFound),
-            },
-            Op::LeaseKeepAlive { id } => match self.leases.keep_alive(*id, self.cluster_time) {
-                Some(ttl) => Ok(OpResponse::LeaseKeepAlive { id: *id, ttl }),
-                None => Err(OpError::LeaseNotFound),
-            },
-        };
-        OpReply {
-            revision: self.kv.revision(),
-            result,
+    /// The keys and leases, for running an op.
+    fn exec(&mut self) -> Exec<'_> {
+        Exec {
+            kv: &mut self.kv,
+            leases: &mut self.leases,
+            settings: &self.settings,
+            now: self.cluster_time,
         }
-    }
-
-    fn check_put(&self, p: &PutRequest) -> Result<(), OpError> {
-        if p.key.is_empty() {
-            return Err(OpError::EmptyKey);
-        }
-        if p.ignore_lease && p.lease != 0 {
-            return Err(OpError::LeaseProvided);
-        }
-        if p.ignore_value && !p.value.is_empty() {
-            return Err(OpError::ValueProvided);
-        }
-        if (p.ignore_value || p.ignore_lease) && self.kv.get(&p.key).is_none() {
-            return Err(OpError::KeyNotFound);
-        }
-        if p.lease != 0 && !self.leases.contains(p.lease) {
-            return Err(OpError::LeaseNotFound);
-        }
-        Ok(())
-    }
-
-    fn check_delete(&self, d: &DeleteRangeRequest) -> Result<(), OpError> {
-        if d.range.key.is_empty() {
-            return Err(OpError::EmptyKey);
-        }
-        Ok(())
-    }
-
-    /// A put that [`check_put`](Self::check_put) accepted.
-    fn put(&mut self, w: &mut Write, p: &PutRequest) -> PutResponse {
-        let (prev, lease) = self.kv.put(
-            w,
-            &p.key,
-            (!p.ignore_value).then_some(&p.value),
-            (!p.ignore_lease).then_some(p.lease),
-        );
-        if let Some(prev) = &prev
-            && prev.lease != lease
-            && prev.lease != 0
-        {
-            self.leases.detach(prev.lease, &p.key);
-        }
-        if lease != 0 {
-            self.leases.attach(lease, &p.key);
-        }
-        PutResponse {
-            prev_kv: prev
-                .filter(|_| p.prev_kv)
-                .map(|v| Box::new(v.to_key_value(&p.key))),
-        }
-    }
-
-    fn delete(&mut self, w: &mut Write, d: &DeleteRangeRequest) -> DeleteRangeResponse {
-        let deleted = self.kv.delete_range(w, &d.range);
-        for (key, v) in &deleted {
-            if v.lease != 0 {
-                self.leases.detach(v.lease, key);
-            }
-        }
-        KvStore::delete_response(d, &deleted)
-    }
-
-    /// Deletes a revoked or expired lease's keys at one new revision.
-    fn delete_keys(&mut self, keys: impl IntoIterator<Item = Bytes>) {
-        let mut w = self.kv.begin();
-        for key in keys {
-            self.kv
-                .delete_range(&mut w, &crate::command::KeyRange::single(key));
-        }
-        self.kv.commit(w);
-    }
-
-    fn txn(&mut self, t: &TxnRequest) -> Result<TxnResponse, OpError> {
-        // The op-count limit is the server's flag; here only the shape matters.
-        validate_txn(t, usize::MAX)?;
-        let mut path = Vec::new();
-        self.check_txn(t, &mut path)?;
-        let mut w = self.kv.begin();
-        let resp = self.run_txn(&mut w, t, &mut path.into_iter());
-        self.kv.commit(w);
-        Ok(resp)
-    }
-
-    /// Decides every branch, nested txns included, against the state before the txn (etcd's
-    /// `compareToPath`), appending the decisions to `path` in the order
-    /// [`run_txn`](Self::run_txn) meets them, and checks the ops on that path before
-    /// anything changes, as etcd does: a txn is refused whole or applied whole.
-    fn check_txn(&self, t: &TxnRequest, path: &mut Vec<bool>) -> Result<(), OpError> {
-        let succeeded = compares_hold(&self.kv, t);
-        path.push(succeeded);
-        let branch = if succeeded { &t.success } else { &t.failure };
-        for op in branch {
-            match op {
-                RequestOp::Range(r) => self.kv.check_revision(r.revision)?,
-                RequestOp::Put(p) => self.check_put(p)?,
-                RequestOp::DeleteRange(d) => self.check_delete(d)?,
-                RequestOp::Txn(inner) => self.check_txn(inner, path)?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Runs the branches [`check_txn`](Self::check_txn) decided (`path`).
-    fn run_txn(
-        &mut self,
-        w: &mut Write,
-        t: &TxnRequest,
-        path: &mut impl Iterator<Item = bool>,
-    ) -> TxnResponse {
-        let succeeded = path.next().unwrap_or(false);
-        let branch = if succeeded { &t.success } else { &t.failure };
-        let mut responses = Vec::with_capacity(branch.len());
-        for op in branch {
-            responses.push(match op {
-                RequestOp::Range(r) => ResponseOp::Range(self.kv.range(r).unwrap_or_default()),
-                // Checked up front; still valid, since validate_txn forbids a put of a key
-                // that the same path writes or deletes elsewhere.
-                RequestOp::Put(p) => ResponseOp::Put(match self.check_put(p) {
-                    Ok(()) => self.put(w, p),
-                    Err(_) => PutResponse::default(),
-                }),
-                RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete(w, d)),
-                RequestOp::Txn(inner) => ResponseOp::Txn(self.run_txn(w, inner, path)),
-            });
-        }
-        TxnResponse {
-            succeeded,
-            responses,
-        }
-    }
-
-    fn lease_grant(&mut self, index: u64, id: i64, ttl: i64) -> Result<OpResponse, OpError> {
-        if ttl > MAX_LEASE_TTL_SECS {
-            return Err(OpError::LeaseTtlTooLarge);
-        }
-        let ttl = ttl.max(self.settings.min_lease_ttl_secs);
-        let id = if id == 0 {
-            self.leases
-                .free_id(i64::try_from(index).unwrap_or(i64::MAX))
-        } else if self.leases.contains(id) {
-            return Err(OpError::LeaseAlreadyExists);
-        } else {
-            id
-        };
-        self.leases.grant(id, ttl, self.cluster_time);
-        Ok(OpResponse::LeaseGrant { id, ttl })
     }
 
     /// etcd's Range against the applied state, with the revision it was read at.
@@ -479,5 +315,198 @@ impl StateMachine {
             }
         }
         Ok(())
+    }
+}
+
+/// What an op runs against: the keys and leases, borrowed apart from the sessions so that a
+/// tracked op runs while its session stays borrowed (see `apply_tracked`), with the settings
+/// and the cluster time of the entry.
+struct Exec<'a> {
+    kv: &'a mut KvStore,
+    leases: &'a mut LeaseTable,
+    settings: &'a Settings,
+    now: u64,
+}
+
+impl Exec<'_> {
+    /// Runs an op against the store. Refusals (`Err` in the reply) change nothing.
+    fn execute(&mut self, index: u64, op: &Op) -> OpReply {
+        let result = match op {
+            Op::Put(p) => self.check_put(p).map(|()| {
+                let mut w = self.kv.begin();
+                let resp = self.put(&mut w, p);
+                self.kv.commit(w);
+                OpResponse::Put(resp)
+            }),
+            Op::DeleteRange(d) => self.check_delete(d).map(|()| {
+                let mut w = self.kv.begin();
+                let resp = self.delete(&mut w, d);
+                self.kv.commit(w);
+                OpResponse::DeleteRange(resp)
+            }),
+            Op::Txn(t) => self.txn(t).map(OpResponse::Txn),
+            Op::LeaseGrant { id, ttl } => self.lease_grant(index, *id, *ttl),
+            Op::LeaseRevoke { id } => match self.leases.revoke(*id) {
+                Some(lease) => {
+                    self.delete_keys(lease.keys);
+                    Ok(OpResponse::LeaseRevoke)
+                }
+                None => Err(OpError::LeaseNotFound),
+            },
+            Op::LeaseKeepAlive { id } => match self.leases.keep_alive(*id, self.now) {
+                Some(ttl) => Ok(OpResponse::LeaseKeepAlive { id: *id, ttl }),
+                None => Err(OpError::LeaseNotFound),
+            },
+        };
+        OpReply {
+            revision: self.kv.revision(),
+            result,
+        }
+    }
+
+    fn check_put(&self, p: &PutRequest) -> Result<(), OpError> {
+        if p.key.is_empty() {
+            return Err(OpError::EmptyKey);
+        }
+        if p.ignore_lease && p.lease != 0 {
+            return Err(OpError::LeaseProvided);
+        }
+        if p.ignore_value && !p.value.is_empty() {
+            return Err(OpError::ValueProvided);
+        }
+        if (p.ignore_value || p.ignore_lease) && self.kv.get(&p.key).is_none() {
+            return Err(OpError::KeyNotFound);
+        }
+        if p.lease != 0 && !self.leases.contains(p.lease) {
+            return Err(OpError::LeaseNotFound);
+        }
+        Ok(())
+    }
+
+    fn check_delete(&self, d: &DeleteRangeRequest) -> Result<(), OpError> {
+        if d.range.key.is_empty() {
+            return Err(OpError::EmptyKey);
+        }
+        Ok(())
+    }
+
+    /// A put that [`check_put`](Self::check_put) accepted.
+    fn put(&mut self, w: &mut Write, p: &PutRequest) -> PutResponse {
+        let (prev, lease) = self.kv.put(
+            w,
+            &p.key,
+            (!p.ignore_value).then_some(&p.value),
+            (!p.ignore_lease).then_some(p.lease),
+        );
+        if let Some(prev) = &prev
+            && prev.lease != lease
+            && prev.lease != 0
+        {
+            self.leases.detach(prev.lease, &p.key);
+        }
+        if lease != 0 {
+            self.leases.attach(lease, &p.key);
+        }
+        PutResponse {
+            prev_kv: prev
+                .filter(|_| p.prev_kv)
+                .map(|v| Box::new(v.to_key_value(&p.key))),
+        }
+    }
+
+    fn delete(&mut self, w: &mut Write, d: &DeleteRangeRequest) -> DeleteRangeResponse {
+        let deleted = self.kv.delete_range(w, &d.range);
+        for (key, v) in &deleted {
+            if v.lease != 0 {
+                self.leases.detach(v.lease, key);
+            }
+        }
+        KvStore::delete_response(d, &deleted)
+    }
+
+    /// Deletes a revoked or expired lease's keys at one new revision.
+    fn delete_keys(&mut self, keys: impl IntoIterator<Item = Bytes>) {
+        let mut w = self.kv.begin();
+        for key in keys {
+            self.kv
+                .delete_range(&mut w, &crate::command::KeyRange::single(key));
+        }
+        self.kv.commit(w);
+    }
+
+    fn txn(&mut self, t: &TxnRequest) -> Result<TxnResponse, OpError> {
+        // The op-count limit is the server's flag; here only the shape matters.
+        validate_txn(t, usize::MAX)?;
+        let mut path = Vec::new();
+        self.check_txn(t, &mut path)?;
+        let mut w = self.kv.begin();
+        let resp = self.run_txn(&mut w, t, &mut path.into_iter());
+        self.kv.commit(w);
+        Ok(resp)
+    }
+
+    /// Decides every branch, nested txns included, against the state before the txn (etcd's
+    /// `compareToPath`), appending the decisions to `path` in the order
+    /// [`run_txn`](Self::run_txn) meets them, and checks the ops on that path before
+    /// anything changes, as etcd does: a txn is refused whole or applied whole.
+    fn check_txn(&self, t: &TxnRequest, path: &mut Vec<bool>) -> Result<(), OpError> {
+        let succeeded = compares_hold(self.kv, t);
+        path.push(succeeded);
+        let branch = if succeeded { &t.success } else { &t.failure };
+        for op in branch {
+            match op {
+                RequestOp::Range(r) => self.kv.check_revision(r.revision)?,
+                RequestOp::Put(p) => self.check_put(p)?,
+                RequestOp::DeleteRange(d) => self.check_delete(d)?,
+                RequestOp::Txn(inner) => self.check_txn(inner, path)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the branches [`check_txn`](Self::check_txn) decided (`path`).
+    fn run_txn(
+        &mut self,
+        w: &mut Write,
+        t: &TxnRequest,
+        path: &mut impl Iterator<Item = bool>,
+    ) -> TxnResponse {
+        let succeeded = path.next().unwrap_or(false);
+        let branch = if succeeded { &t.success } else { &t.failure };
+        let mut responses = Vec::with_capacity(branch.len());
+        for op in branch {
+            responses.push(match op {
+                RequestOp::Range(r) => ResponseOp::Range(self.kv.range(r).unwrap_or_default()),
+                // Checked up front; still valid, since validate_txn forbids a put of a key
+                // that the same path writes or deletes elsewhere.
+                RequestOp::Put(p) => ResponseOp::Put(match self.check_put(p) {
+                    Ok(()) => self.put(w, p),
+                    Err(_) => PutResponse::default(),
+                }),
+                RequestOp::DeleteRange(d) => ResponseOp::DeleteRange(self.delete(w, d)),
+                RequestOp::Txn(inner) => ResponseOp::Txn(self.run_txn(w, inner, path)),
+            });
+        }
+        TxnResponse {
+            succeeded,
+            responses,
+        }
+    }
+
+    fn lease_grant(&mut self, index: u64, id: i64, ttl: i64) -> Result<OpResponse, OpError> {
+        if ttl > MAX_LEASE_TTL_SECS {
+            return Err(OpError::LeaseTtlTooLarge);
+        }
+        let ttl = ttl.max(self.settings.min_lease_ttl_secs);
+        let id = if id == 0 {
+            self.leases
+                .free_id(i64::try_from(index).unwrap_or(i64::MAX))
+        } else if self.leases.contains(id) {
+            return Err(OpError::LeaseAlreadyExists);
+        } else {
+            id
+        };
+        self.leases.grant(id, ttl, self.now);
+        Ok(OpResponse::LeaseGrant { id, ttl })
     }
 }

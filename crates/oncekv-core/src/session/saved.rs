@@ -172,6 +172,23 @@ impl Saved {
         Some(SavedReply(Found::Spilled(reply)))
     }
 
+    /// Whether `seq` has a saved reply; a seq above the newest saved one is answered
+    /// without touching the spill.
+    #[inline]
+    pub(crate) fn contains(&self, seq: u64) -> bool {
+        match self.newest {
+            None => false,
+            Some(newest) if seq > newest.seq => false,
+            Some(newest) if seq == newest.seq => true,
+            Some(_) => self.spill.as_deref().is_some_and(|spill| {
+                spill
+                    .entries
+                    .binary_search_by_key(&seq, |(s, _)| *s)
+                    .is_ok()
+            }),
+        }
+    }
+
     /// Rule 3: forgets every reply below `first_incomplete`.
     #[inline]
     pub(crate) fn drop_below(&mut self, first_incomplete: u64) {

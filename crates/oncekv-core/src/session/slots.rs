@@ -77,25 +77,9 @@ impl Slots {
         self.buckets.get(i)?.0.as_ref()
     }
 
+    #[inline]
     pub(super) fn get_mut(&mut self, client_id: u64) -> Option<&mut Session> {
-        self.find_mut(client_id).map(|(_, s)| s)
-    }
-
-    /// `client_id`'s session and the bucket it sits in.
-    #[inline]
-    pub(super) fn find_mut(&mut self, client_id: u64) -> Option<(usize, &mut Session)> {
         let i = self.find(client_id)?;
-        Some((i, self.buckets.get_mut(i)?.0.as_mut()?))
-    }
-
-    /// `client_id`'s session, looked for first in bucket `slot` (where
-    /// [`find_mut`](Self::find_mut) saw it, if the table has not changed since).
-    #[inline]
-    pub(super) fn get_mut_near(&mut self, slot: usize, client_id: u64) -> Option<&mut Session> {
-        let i = match self.buckets.get(slot) {
-            Some(Bucket(Some(s))) if s.client_id == client_id => slot,
-            _ => self.find(client_id)?,
-        };
         self.buckets.get_mut(i)?.0.as_mut()
     }
 
