@@ -43,7 +43,12 @@
 //! Variants with 1 k busy clients among the 1 M sessions (and with one client) separate what
 //! the session rules cost from what touching a cold session in memory costs.
 //!
-//! Run: `cargo bench -p oncekv-core --bench session` (about two minutes on 2 cores).
+//! With 4 KiB pages a random session of the 1 M also costs a TLB miss; the bench prints
+//! how much of its memory is on 2 MiB pages (see `report_page_size`).
+//!
+//! Run: `cargo bench -p oncekv-core --bench session` (about three minutes on 2 cores); with
+//! the table on huge pages: `GLIBC_TUNABLES=glibc.malloc.hugetlb=1 cargo bench ...`.
+//! Instructions rather than time: `scripts/apply-instructions`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -104,12 +109,36 @@ fn register_all(sm: &mut StateMachine, now: u64) {
     }
 }
 
-/// Resident set size in bytes, from `/proc/self/status` (`VmRSS: <n> kB`).
-fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+/// A `<field>: <n> kB` line of a `/proc/self` file, in bytes.
+fn proc_kib(file: &str, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Resident set size in bytes, from `/proc/self/status` (`VmRSS: <n> kB`).
+fn resident_bytes() -> Option<u64> {
+    proc_kib("/proc/self/status", "VmRSS:")
+}
+
+/// Says whether the 128 MiB session table ended up on 2 MiB pages. With 4 KiB pages a
+/// random session costs a TLB miss (a page walk) on top of its cache miss, which the
+/// untracked put does not pay; Linux gives huge pages to a heap only when asked
+/// (`/sys/kernel/mm/transparent_hugepage/enabled` = `always`, or `madvise` plus an allocator
+/// that asks, e.g. glibc's `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`).
+fn report_page_size() {
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .unwrap_or_else(|_| "unknown".into());
+    match proc_kib("/proc/self/smaps_rollup", "AnonHugePages:") {
+        Some(huge) => println!(
+            "memory on 2 MiB pages: {} MiB (transparent huge pages: {}; GLIBC_TUNABLES={})",
+            huge >> 20,
+            mode.trim(),
+            std::env::var("GLIBC_TUNABLES").unwrap_or_default(),
+        ),
+        None => println!("memory on 2 MiB pages: unknown (no /proc/self/smaps_rollup)"),
+    }
 }
 
 /// (c): bytes of RSS per idle session, then per session holding one saved Put response;
@@ -517,6 +546,7 @@ fn main() {
     bench_duplicate_check(&mut c);
     let mut loaded = Loaded::new();
     loaded.warm_every_session();
+    report_page_size();
     report_overhead(&mut loaded);
     bench_apply(&mut c, &mut loaded);
     c.final_summary();
