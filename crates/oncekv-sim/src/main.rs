@@ -9,7 +9,6 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use clap::Parser;
-use oncekv_server::transport::MessageKind;
 use oncekv_sim::run::{Breaks, Options, Report, run};
 
 #[derive(Debug, Parser)]
@@ -45,9 +44,14 @@ struct Args {
     /// Print the whole trace of failing seeds (not just its tail).
     #[arg(long)]
     full_trace: bool,
-    /// Seeds run at once, each on its own thread (output stays in seed order).
+    /// Seeds run at once (output stays in seed order). With more than one, each seed runs
+    /// in a process of its own, so that it takes exactly the path it takes alone.
     #[arg(long, default_value_t = 1)]
     jobs: usize,
+    /// Internal: instead of the summary, print one machine-readable `#report` line (how a
+    /// `--jobs` child process hands its seed's figures to its parent).
+    #[arg(long, hide = true)]
+    report_line: bool,
 }
 
 /// Log lines stamped with simulated milliseconds.
@@ -89,26 +93,21 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let mut failed: Vec<u64> = Vec::new();
     let mut total = Totals::default();
-    run_seeds(&args, &opts, |seed, report, wall| {
-        total.add(&report);
-        println!(
-            "seed {seed}: {} in {wall:.1}s wall, {:.1}s simulated, {} calls ({} unknown), {} entries applied, {} executions, {} expiries, {} duplicates, {} commit traps, trace {:016x}",
-            if report.ok() { "ok" } else { "VIOLATION" },
-            report.sim_ms as f64 / 1000.0,
-            report.calls,
-            report.unknown,
-            report.entries_observed,
-            report.executions,
-            report.expiries,
-            report.duplicates.values().sum::<u64>(),
-            report.commit_traps,
-            report.trace_hash,
-        );
-        if !report.ok() {
-            print_failure(&report, args.full_trace);
+    run_seeds(&args, &opts, |seed, outcome| {
+        total.merge(&outcome.totals);
+        print!("{}", outcome.text);
+        if !outcome.ok {
             failed.push(seed);
         }
     });
+    if args.report_line {
+        println!("{REPORT_PREFIX}{}", total.to_line());
+        return if failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     let wall = started.elapsed().as_secs_f64();
     let ran = total.seeds.max(1) as f64;
     println!(
@@ -124,23 +123,16 @@ fn main() -> ExitCode {
         failed.len(),
         failed,
     );
-    println!(
-        "  faults: {}",
-        total
-            .faults
-            .iter()
+    let list = |m: &BTreeMap<String, u64>| {
+        m.iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect::<Vec<_>>()
             .join(", ")
-    );
+    };
+    println!("  faults: {}", list(&total.faults));
     println!(
         "  duplicated messages: {}; commit traps fired: {}; segments lost (delivered late): {}",
-        total
-            .duplicates
-            .iter()
-            .map(|(k, n)| format!("{k:?} {n}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        list(&total.duplicates),
         total.commit_traps,
         total.losses,
     );
@@ -156,39 +148,208 @@ fn main() -> ExitCode {
 struct Totals {
     seeds: u64,
     sim_ms: u64,
-    calls: usize,
-    unknown: usize,
-    faults: BTreeMap<&'static str, u64>,
-    duplicates: BTreeMap<MessageKind, u64>,
+    calls: u64,
+    unknown: u64,
+    faults: BTreeMap<String, u64>,
+    duplicates: BTreeMap<String, u64>,
     commit_traps: u64,
     losses: u64,
 }
 
+/// Starts the line a `--report-line` child prints its figures on.
+const REPORT_PREFIX: &str = "#report ";
+
 impl Totals {
-    fn add(&mut self, r: &Report) {
-        self.seeds += 1;
-        self.sim_ms += r.sim_ms;
-        self.calls += r.calls;
-        self.unknown += r.unknown;
-        for (k, n) in &r.faults {
-            *self.faults.entry(k).or_default() += n;
+    fn of(r: &Report) -> Totals {
+        Totals {
+            seeds: 1,
+            sim_ms: r.sim_ms,
+            calls: r.calls as u64,
+            unknown: r.unknown as u64,
+            faults: r.faults.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+            duplicates: r
+                .duplicates
+                .iter()
+                .map(|(k, n)| (format!("{k:?}"), *n))
+                .collect(),
+            commit_traps: r.commit_traps,
+            losses: r.losses,
         }
-        for (k, n) in &r.duplicates {
-            *self.duplicates.entry(*k).or_default() += n;
+    }
+
+    fn merge(&mut self, t: &Totals) {
+        self.seeds += t.seeds;
+        self.sim_ms += t.sim_ms;
+        self.calls += t.calls;
+        self.unknown += t.unknown;
+        for (k, n) in &t.faults {
+            *self.faults.entry(k.clone()).or_default() += n;
         }
-        self.commit_traps += r.commit_traps;
-        self.losses += r.losses;
+        for (k, n) in &t.duplicates {
+            *self.duplicates.entry(k.clone()).or_default() += n;
+        }
+        self.commit_traps += t.commit_traps;
+        self.losses += t.losses;
+    }
+
+    /// `key=value` fields separated by spaces; the maps as `name:count,...`.
+    fn to_line(&self) -> String {
+        let map = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(k, n)| format!("{k}:{n}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        format!(
+            "seeds={} sim_ms={} calls={} unknown={} commit_traps={} losses={} faults={} duplicates={}",
+            self.seeds,
+            self.sim_ms,
+            self.calls,
+            self.unknown,
+            self.commit_traps,
+            self.losses,
+            map(&self.faults),
+            map(&self.duplicates),
+        )
+    }
+
+    /// Reads [`to_line`](Self::to_line); `None` if anything in it is off.
+    fn parse_line(line: &str) -> Option<Totals> {
+        let mut t = Totals::default();
+        for field in line.split_whitespace() {
+            let (key, value) = field.split_once('=')?;
+            let map = |value: &str| -> Option<BTreeMap<String, u64>> {
+                value
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| {
+                        let (k, n) = p.split_once(':')?;
+                        Some((k.to_string(), n.parse().ok()?))
+                    })
+                    .collect()
+            };
+            match key {
+                "seeds" => t.seeds = value.parse().ok()?,
+                "sim_ms" => t.sim_ms = value.parse().ok()?,
+                "calls" => t.calls = value.parse().ok()?,
+                "unknown" => t.unknown = value.parse().ok()?,
+                "commit_traps" => t.commit_traps = value.parse().ok()?,
+                "losses" => t.losses = value.parse().ok()?,
+                "faults" => t.faults = map(value)?,
+                "duplicates" => t.duplicates = map(value)?,
+                _ => return None,
+            }
+        }
+        Some(t)
     }
 }
 
-/// Runs the seeds on `args.jobs` threads (each seed alone on one thread, so it replays
-/// exactly as with one job) and hands each report to `done` in seed order, with its wall
-/// seconds. Without `--keep-going`, stops after the first failing seed.
-fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Report, f64)) {
+/// One seed's result: whether it was clean, what to print for it, its figures.
+struct Outcome {
+    ok: bool,
+    text: String,
+    totals: Totals,
+}
+
+/// The seed's line, and for a violation the violation, the trace and how to replay it.
+fn outcome_of(report: &Report, wall: f64, full_trace: bool) -> Outcome {
+    let seed = report.seed;
+    let mut text = format!(
+        "seed {seed}: {} in {wall:.1}s wall, {:.1}s simulated, {} calls ({} unknown), {} entries applied, {} executions, {} expiries, {} duplicates, {} commit traps, trace {:016x}\n",
+        if report.ok() { "ok" } else { "VIOLATION" },
+        report.sim_ms as f64 / 1000.0,
+        report.calls,
+        report.unknown,
+        report.entries_observed,
+        report.executions,
+        report.expiries,
+        report.duplicates.values().sum::<u64>(),
+        report.commit_traps,
+        report.trace_hash,
+    );
+    if !report.ok() {
+        text.push_str(&failure_text(report, full_trace));
+    }
+    Outcome {
+        ok: report.ok(),
+        text,
+        totals: Totals::of(report),
+    }
+}
+
+/// Runs one seed in a child process (this binary with `--seeds 1 --report-line`), for
+/// `--jobs`: a fresh process gives the seed the tokio task numbering it gets alone.
+fn run_in_child(args: &Args, seed: u64) -> Outcome {
+    let failed = |why: String| Outcome {
+        ok: false,
+        text: format!("seed {seed}: VIOLATION (of the harness: {why})\n"),
+        totals: Totals {
+            seeds: 1,
+            ..Totals::default()
+        },
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return failed(format!("cannot find this binary to run a seed: {e}")),
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([
+        "--seeds",
+        "1",
+        "--start",
+        &seed.to_string(),
+        "--report-line",
+    ])
+    .args(["--ops", &args.ops.to_string()])
+    .args(["--nodes", &args.nodes.to_string()])
+    .args(["--clients", &args.clients.to_string()])
+    .args(["--fault-secs", &args.fault_secs.to_string()]);
+    for b in &args.breaks {
+        cmd.args(["--break", b]);
+    }
+    if args.no_faults {
+        cmd.arg("--no-faults");
+    }
+    if args.full_trace {
+        cmd.arg("--full-trace");
+    }
+    let output = match cmd.stderr(std::process::Stdio::inherit()).output() {
+        Ok(output) => output,
+        Err(e) => return failed(format!("cannot start a child process: {e}")),
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut text = String::new();
+    let mut totals = None;
+    for line in stdout.lines() {
+        match line.strip_prefix(REPORT_PREFIX) {
+            Some(report) => totals = Totals::parse_line(report),
+            None => {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+    }
+    match totals {
+        Some(totals) if totals.seeds == 1 => Outcome {
+            ok: output.status.success(),
+            text,
+            totals,
+        },
+        _ => failed(format!(
+            "the child process ended ({}) without its report; it printed:\n{text}",
+            output.status
+        )),
+    }
+}
+
+/// Runs the seeds, with `--jobs` above 1 each in a child process, `args.jobs` at a time,
+/// and hands each outcome to `done` in seed order. Without `--keep-going`, stops after the
+/// first failing seed.
+fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Outcome)) {
     let end = args.start + args.seeds;
     let next = AtomicU64::new(args.start);
     let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<(u64, Report, f64)>();
+    let (tx, rx) = mpsc::channel::<(u64, Outcome)>();
     std::thread::scope(|scope| {
         for _ in 0..args.jobs.max(1) {
             let tx = tx.clone();
@@ -202,9 +363,14 @@ fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Report, f64)
                         if seed >= end {
                             return;
                         }
-                        let t = Instant::now();
-                        let report = run(seed, opts);
-                        if tx.send((seed, report, t.elapsed().as_secs_f64())).is_err() {
+                        let outcome = if args.jobs > 1 {
+                            run_in_child(args, seed)
+                        } else {
+                            let t = Instant::now();
+                            let report = run(seed, opts);
+                            outcome_of(&report, t.elapsed().as_secs_f64(), args.full_trace)
+                        };
+                        if tx.send((seed, outcome)).is_err() {
                             return;
                         }
                     }
@@ -212,13 +378,13 @@ fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Report, f64)
                 .unwrap_or_else(|e| panic!("cannot start a worker thread: {e}"));
         }
         drop(tx);
-        let mut pending: BTreeMap<u64, (Report, f64)> = BTreeMap::new();
+        let mut pending: BTreeMap<u64, Outcome> = BTreeMap::new();
         let mut expect = args.start;
-        for (seed, report, wall) in rx {
-            pending.insert(seed, (report, wall));
-            while let Some((report, wall)) = pending.remove(&expect) {
-                let ok = report.ok();
-                done(expect, report, wall);
+        for (seed, outcome) in rx {
+            pending.insert(seed, outcome);
+            while let Some(outcome) = pending.remove(&expect) {
+                let ok = outcome.ok;
+                done(expect, outcome);
                 expect += 1;
                 if !ok && !args.keep_going {
                     // Seeds after it that are still running finish unreported.
@@ -230,22 +396,52 @@ fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Report, f64)
     });
 }
 
-fn print_failure(report: &Report, full: bool) {
-    println!("--- seed {} violated:", report.seed);
+fn failure_text(report: &Report, full: bool) -> String {
+    let mut text = format!("--- seed {} violated:\n", report.seed);
     for v in &report.violations {
-        println!("  * {v}");
+        text.push_str(&format!("  * {v}\n"));
     }
     let skip = if full {
         0
     } else {
         report.trace.len().saturating_sub(40)
     };
-    println!("--- trace (last {} lines):", report.trace.len() - skip);
+    text.push_str(&format!(
+        "--- trace (last {} lines):\n",
+        report.trace.len() - skip
+    ));
     for line in &report.trace[skip..] {
-        println!("  {line}");
+        text.push_str(&format!("  {line}\n"));
     }
-    println!(
-        "--- replay: cargo run --release -p oncekv-sim -- --seeds 1 --start {}",
+    text.push_str(&format!(
+        "--- replay: cargo run --release -p oncekv-sim -- --seeds 1 --start {}\n",
         report.seed
-    );
+    ));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_line_reads_back_as_written() {
+        let mut t = Totals {
+            seeds: 1,
+            sim_ms: 29_200,
+            calls: 119,
+            unknown: 2,
+            commit_traps: 1,
+            losses: 3,
+            ..Totals::default()
+        };
+        t.faults.insert("crash".into(), 4);
+        t.faults.insert("isolate-at-commit".into(), 1);
+        t.duplicates.insert("AppendEntries".into(), 7);
+        let back = Totals::parse_line(&t.to_line()).expect("parses");
+        assert_eq!(back.to_line(), t.to_line());
+        assert_eq!(back.faults.get("isolate-at-commit"), Some(&1));
+        assert!(Totals::parse_line("seeds=1 bogus=2").is_none());
+        assert!(Totals::parse_line("faults=crash").is_none());
+    }
 }
