@@ -56,9 +56,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::Criterion;
 use oncekv_core::session::{RequestId, Verdict};
+use support::{Rng, secret_of};
+
+mod support;
 use oncekv_core::{
-    Command, LogPayload, Op, OpReply, OpResponse, PutRequest, PutResponse, Secret, SessionTable,
-    Settings, StateMachine, Tracked,
+    Command, LogPayload, Op, OpReply, OpResponse, PutRequest, PutResponse, SessionTable, Settings,
+    StateMachine, Tracked,
 };
 
 const SESSIONS: u64 = 1_000_000;
@@ -77,23 +80,6 @@ fn settings() -> Settings {
         session_ttl_ms: u64::MAX / 4,
         window: WINDOW,
         ..Settings::default()
-    }
-}
-
-/// Each client's secret, cheap to recompute in the measured loop.
-fn secret_of(client_id: u64) -> Secret {
-    Secret::from_u128(u128::from(client_id).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835))
-}
-
-/// xorshift64*: a few ns per draw, the same sequence in every variant.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
 
@@ -384,21 +370,10 @@ impl Loaded {
                 value: self.value.clone(),
                 ..PutRequest::default()
             });
-            commands.push(if tracked {
-                // A client's seq must rise from entry to entry and within one: index * 1024
-                // + position does both, and first_incomplete = seq acknowledges everything
-                // before it.
-                let seq = self.index * 1024 + commands.len() as u64;
-                Command::Tracked(Tracked {
-                    client_id,
-                    secret: secret_of(client_id),
-                    seq,
-                    first_incomplete: seq,
-                    op,
-                })
-            } else {
-                Command::Untracked(op)
-            });
+            // A client's seq must rise from entry to entry and within one: index * 1024 +
+            // position does both.
+            let seq = self.index * 1024 + commands.len() as u64;
+            commands.push(support::command(tracked, client_id, seq, op));
         }
         let entry = LogPayload {
             cluster_time: self.time,

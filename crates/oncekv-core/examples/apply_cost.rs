@@ -12,13 +12,13 @@ use std::hint::black_box;
 use std::process::ExitCode;
 
 use bytes::Bytes;
-use oncekv_core::{Command, LogPayload, Op, PutRequest, Secret, Settings, StateMachine, Tracked};
+use oncekv_core::{Command, LogPayload, Op, PutRequest, Settings, StateMachine};
+use support::{Rng, secret_of};
+
+#[path = "../benches/support/mod.rs"]
+mod support;
 
 const KEYS: usize = 100_000;
-
-fn secret_of(client_id: u64) -> Secret {
-    Secret::from_u128(u128::from(client_id).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835))
-}
 
 fn arg(args: &[String], i: usize, default: u64) -> Result<u64, String> {
     match args.get(i) {
@@ -71,33 +71,19 @@ fn run(args: &[String]) -> Result<(), String> {
         ));
     }
 
-    let mut x: u64 = 0x1234_5678;
+    let mut rng = Rng(0x1234_5678);
     let mut commands = Vec::new();
     for n in 0..puts {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        let client_id = 1 + r % clients;
-        let key = keys[(r >> 20) as usize % KEYS].clone();
+        let client_id = 1 + rng.below(clients);
+        let key = keys[rng.below(KEYS as u64) as usize].clone();
         let op = Op::Put(PutRequest {
             key,
             value: value.clone(),
             ..PutRequest::default()
         });
-        // Rising per client, and acknowledging everything before it.
+        // Rising per client.
         let seq = index * 1024 + commands.len() as u64 + 1;
-        commands.push(if tracked {
-            Command::Tracked(Tracked {
-                client_id,
-                secret: secret_of(client_id),
-                seq,
-                first_incomplete: seq,
-                op,
-            })
-        } else {
-            Command::Untracked(op)
-        });
+        commands.push(support::command(tracked, client_id, seq, op));
         if commands.len() as u64 == per_entry || n + 1 == puts {
             index += 1;
             let entry = LogPayload {
