@@ -226,6 +226,7 @@ pub enum Verdict<'a> {
 /// request's session until [`save`](Self::save) stores the op's reply there, so nothing
 /// else can happen to the session in between and the session is not looked up twice.
 #[derive(Debug, PartialEq, Eq)]
+#[must_use = "the reply must be saved (rule 7), or a retry would execute the request again"]
 pub struct Pending<'a> {
     session: &'a mut Session,
     seq: u64,
