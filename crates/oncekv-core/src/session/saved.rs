@@ -521,6 +521,33 @@ mod tests {
         assert!(s.spill.is_none() && s.newest.is_none());
     }
 
+    /// `contains` (which the duplicate check asks first) agrees with `get` for every seq,
+    /// inline or spilled, packable or not, through saves and acknowledgements.
+    #[test]
+    fn contains_agrees_with_get() {
+        let mut s = Saved::default();
+        let agree = |s: &Saved| {
+            for seq in 0..12 {
+                assert_eq!(s.contains(seq), s.get(seq).is_some(), "seq {seq}");
+            }
+        };
+        agree(&s);
+        for seq in [3, 1, 7, 2, 9, 5] {
+            let reply = if seq % 3 == 0 {
+                put_with_prev(seq as i64)
+            } else {
+                put(seq as i64)
+            };
+            s.insert(seq, &reply);
+            agree(&s);
+        }
+        for acked in [2, 4, 8, 10] {
+            s.drop_below(acked);
+            agree(&s);
+        }
+        assert_eq!(s.len(), 0);
+    }
+
     /// Equality and the snapshot image see content, not which entry happens to be inline.
     #[test]
     fn equal_content_compares_equal_whatever_the_placement() {
