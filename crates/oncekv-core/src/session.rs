@@ -233,14 +233,6 @@ pub struct Pending<'a> {
 }
 
 impl Pending<'_> {
-    pub fn client_id(&self) -> u64 {
-        self.session.client_id
-    }
-
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
     /// Rule 7's tail: saves `reply` for the admitted seq and marks the session active at
     /// `now`. Copies `reply` only if it does not fit in the session record.
     #[inline]
@@ -321,6 +313,7 @@ impl SessionTable {
         Ok(())
     }
 
+    #[inline]
     fn authenticate(
         sessions: &mut Slots,
         client_id: u64,
@@ -344,14 +337,10 @@ impl SessionTable {
     /// several saved responses and this request acknowledges some or is below the newest.
     #[inline]
     pub fn check(&mut self, req: RequestId, window: u64) -> Verdict<'_> {
-        // Rule 1, then rule 2 (as in `authenticate`).
-        let client_id = req.client_id;
-        let Some(session) = self.sessions.get_mut(client_id) else {
-            return Verdict::Reject(SessionError::SessionExpired { client_id });
+        let session = match Self::authenticate(&mut self.sessions, req.client_id, req.secret) {
+            Ok(session) => session,
+            Err(e) => return Verdict::Reject(e),
         };
-        if session.secret != req.secret {
-            return Verdict::Reject(SessionError::PermissionDenied { client_id });
-        }
         // Rule 3: the client no longer needs responses below `first_incomplete`.
         if let Some(first_incomplete) = NonZeroU64::new(req.first_incomplete)
             && first_incomplete > session.acked_below
