@@ -52,7 +52,23 @@ impl Packed {
         if !(0..PACKED_REVISION_LIMIT).contains(&reply.revision) {
             return None;
         }
-        let kind = match &reply.result {
+        // The usual reply first, ahead of the general match (a compare, not a jump table).
+        let kind = if let Ok(OpResponse::Put(PutResponse { prev_kv: None })) = &reply.result {
+            Kind::Put
+        } else {
+            Self::kind_of(reply)?
+        };
+        let [a, b, c, d, e, f, g, _] = reply.revision.to_le_bytes();
+        Some(Packed {
+            revision: [a, b, c, d, e, f, g],
+            kind,
+        })
+    }
+
+    /// The shape of any reply; `None` if it has no packed form.
+    #[inline(never)]
+    fn kind_of(reply: &OpReply) -> Option<Kind> {
+        Some(match &reply.result {
             Ok(OpResponse::Put(PutResponse { prev_kv: None })) => Kind::Put,
             Ok(OpResponse::LeaseRevoke) => Kind::LeaseRevoke,
             Ok(OpResponse::DeleteRange(DeleteRangeResponse { deleted, prev_kvs }))
@@ -66,11 +82,6 @@ impl Packed {
             }
             Err(e) => Kind::Refused(*e),
             Ok(_) => return None,
-        };
-        let [a, b, c, d, e, f, g, _] = reply.revision.to_le_bytes();
-        Some(Packed {
-            revision: [a, b, c, d, e, f, g],
-            kind,
         })
     }
 

@@ -46,7 +46,7 @@ impl Slots {
 
     #[inline]
     fn home(&self, client_id: u64) -> usize {
-        // Fibonacci hashing; `shift` < 64 whenever the table is not empty.
+        // Fibonacci hashing; `shift` is 0 for an empty table and below 64 always.
         (client_id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
 
@@ -54,20 +54,30 @@ impl Slots {
         self.buckets.len().wrapping_sub(1)
     }
 
-    /// The bucket holding `client_id`'s session.
+    /// The bucket holding `client_id`'s session. (An empty table has `shift` 0: every
+    /// home index is out of range and the lookup ends at once.)
     #[inline]
     fn find(&self, client_id: u64) -> Option<usize> {
-        if self.buckets.is_empty() {
-            return None;
+        let home = self.home(client_id);
+        match &self.buckets.get(home)?.0 {
+            None => None,
+            Some(s) if s.client_id == client_id => Some(home),
+            Some(_) => self.find_past_home(client_id, home),
         }
+    }
+
+    /// [`find`](Self::find) for a session that is not in its home bucket (a collision).
+    #[inline(never)]
+    fn find_past_home(&self, client_id: u64, home: usize) -> Option<usize> {
         let mask = self.mask();
-        let mut i = self.home(client_id);
+        let mut i = home;
         // Ends: the table always has an empty bucket.
         loop {
+            i = (i + 1) & mask;
             match &self.buckets.get(i)?.0 {
                 None => return None,
                 Some(s) if s.client_id == client_id => return Some(i),
-                Some(_) => i = (i + 1) & mask,
+                Some(_) => {}
             }
         }
     }
@@ -79,23 +89,29 @@ impl Slots {
 
     #[inline]
     pub(super) fn get_mut(&mut self, client_id: u64) -> Option<&mut Session> {
-        let i = self.find(client_id)?;
+        let home = self.home(client_id);
+        let at_home = match &self.buckets.get(home)?.0 {
+            None => return None,
+            Some(s) => s.client_id == client_id,
+        };
+        // The usual case in straight-line code, so that the compiler sees the second access
+        // to the same bucket and checks its bounds and tag once.
+        if at_home {
+            return self.buckets.get_mut(home)?.0.as_mut();
+        }
+        let i = self.find_past_home(client_id, home)?;
         self.buckets.get_mut(i)?.0.as_mut()
     }
 
-    /// Reads the client id in `client_id`'s home bucket (0 if empty or out of range).
-    /// Nothing depends on the value: the point is the load, which brings the bucket into
-    /// cache. Several of these in a row are independent loads the CPU overlaps, where the
-    /// lookups during apply, separated by a whole command's work, would wait for one miss
-    /// after another.
-    pub(super) fn touch(&self, client_id: u64) -> u64 {
-        if self.buckets.is_empty() {
-            return 0;
-        }
+    /// Whether `client_id`'s home bucket holds a session. Nothing depends on the answer:
+    /// the point is the load, which brings the bucket into cache. Several of these in a row
+    /// are independent loads the CPU overlaps, where the lookups during apply, separated by
+    /// a whole command's work, would wait for one miss after another.
+    #[inline]
+    pub(super) fn touch(&self, client_id: u64) -> bool {
         self.buckets
             .get(self.home(client_id))
-            .and_then(|b| b.0.as_ref())
-            .map_or(0, |s| s.client_id)
+            .is_some_and(|b| b.0.is_some())
     }
 
     pub(super) fn contains(&self, client_id: u64) -> bool {
@@ -224,6 +240,23 @@ mod tests {
         Session::new(client_id, Secret::from_u128(u128::from(client_id)), 0)
     }
 
+    /// An empty table (no buckets yet) answers every lookup with nothing, without a
+    /// special case: its `shift` of 0 puts every home index out of range.
+    #[test]
+    fn empty_table_finds_nothing() {
+        let mut slots = Slots::default();
+        for id in [0, 1, 7, u64::MAX] {
+            assert!(slots.get_mut(id).is_none());
+            assert!(slots.get(id).is_none());
+            assert!(!slots.touch(id));
+            assert!(slots.remove(id).is_none());
+        }
+        assert!(slots.insert(session(3)));
+        assert!(slots.get_mut(3).is_some());
+        assert!(slots.remove(3).is_some());
+        assert!(slots.get_mut(3).is_none());
+    }
+
     /// Inserts, lookups and removals agree with a reference map through growth and
     /// backward shifts, including ids that collide on purpose.
     #[test]
@@ -252,8 +285,10 @@ mod tests {
             }
         }
         slots.validate().expect("valid");
-        for id in 0..3_000 {
+        for id in (0..3_000).chain((0..64).map(|i| i << 40)) {
             assert_eq!(slots.contains(id), model.contains(&id));
+            let found = slots.get_mut(id).map(|s| s.client_id);
+            assert_eq!(found, model.contains(&id).then_some(id), "get_mut {id}");
         }
         let mut ids: Vec<u64> = slots.iter().map(|s| s.client_id).collect();
         ids.sort_unstable();
