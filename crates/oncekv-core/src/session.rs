@@ -372,11 +372,11 @@ impl SessionTable {
             };
         }
         // Rule 6: bounded memory without ever dropping a response the client may need.
-        let limit = acked_below.saturating_add(window);
-        if req.seq >= limit {
+        // (`req.seq >= acked_below` here, so the difference cannot wrap.)
+        if req.seq - acked_below >= window {
             return Verdict::Reject(SessionError::WindowExceeded {
                 seq: req.seq,
-                limit: limit - 1,
+                limit: acked_below.saturating_add(window) - 1,
             });
         }
         Verdict::Execute(Pending {
@@ -454,5 +454,47 @@ impl SessionTable {
                 .map_err(|e| format!("session {id}: {e}"))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rule 6 is exact at the top of the seq range: the window `[acked_below, acked_below +
+    /// window)` neither wraps nor saturates, and `validate` agrees with `check`.
+    #[test]
+    fn window_is_exact_at_the_top_of_the_seq_range() {
+        let secret = Secret::from_u128(9);
+        let request = |seq| RequestId {
+            client_id: 1,
+            secret,
+            seq,
+            first_incomplete: 1,
+        };
+        let mut table = SessionTable::default();
+        assert!(table.register(1, secret, 0));
+        // acked_below 1 + window (2^64 - 2) = 2^64 - 1: u64::MAX is one past the window.
+        match table.check(request(u64::MAX), u64::MAX - 1) {
+            Verdict::Reject(e) => assert_eq!(
+                e,
+                SessionError::WindowExceeded {
+                    seq: u64::MAX,
+                    limit: u64::MAX - 1,
+                }
+            ),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // One more and it is inside (saturating arithmetic refused it).
+        let reply = OpReply {
+            revision: 1,
+            result: Err(crate::command::OpError::KeyNotFound),
+        };
+        match table.check(request(u64::MAX), u64::MAX) {
+            Verdict::Execute(pending) => pending.save(&reply, 1),
+            other => panic!("expected execution, got {other:?}"),
+        }
+        table.validate(u64::MAX).expect("valid");
+        assert!(table.validate(u64::MAX - 1).is_err());
     }
 }

@@ -365,9 +365,9 @@ impl Saved {
             }
             Some(_) => {}
         }
-        let limit = acked_below.saturating_add(window);
         for (seq, _) in self.iter() {
-            if seq < acked_below || seq >= limit {
+            // Exact arithmetic, as in rule 6: `seq - acked_below` cannot wrap here.
+            if seq < acked_below || seq - acked_below >= window {
                 return Err(format!(
                     "saved seq {seq} outside [{acked_below}, {acked_below}+{window})"
                 ));
