@@ -188,7 +188,6 @@ impl StateMachine {
             seq: t.seq,
             first_incomplete: t.first_incomplete,
         };
-        let now = self.cluster_time;
         match self.sessions.check(id, self.settings.window) {
             Verdict::Execute(pending) => {
                 self.stats.executed += 1;
@@ -197,10 +196,10 @@ impl StateMachine {
                     kv: &mut self.kv,
                     leases: &mut self.leases,
                     settings: &self.settings,
-                    now,
+                    now: self.cluster_time,
                 }
                 .execute(index, &t.op);
-                pending.save(&reply, now);
+                pending.save(&reply, self.cluster_time);
                 Response::Op(Ok(reply))
             }
             Verdict::Duplicate(saved) if !self.probe.break_dedup => {
