@@ -79,12 +79,7 @@ impl Replicas {
             }
         }
 
-        let executed = sm
-            .sim_probe()
-            .executed
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default();
+        let executed = std::mem::take(&mut sm.sim_probe().executed);
         for &(at, client, seq) in &executed {
             self.executions += 1;
             match self.executed_at.get(&(client, seq)) {
@@ -156,7 +151,7 @@ impl ApplyObserver for ReplicaObserver {
     fn prepare(&self, sm: &mut StateMachine) {
         sm.record_expiries(true);
         let probe = sm.sim_probe();
-        probe.executed = Some(Vec::new());
+        probe.record_executed = true;
         probe.break_dedup = self.break_dedup;
     }
 
