@@ -234,11 +234,14 @@ pub struct Pending<'a> {
 
 impl Pending<'_> {
     /// Rule 7's tail: saves `reply` for the admitted seq and marks the session active at
-    /// `now`. Copies `reply` only if it does not fit in the session record.
+    /// `now`, the cluster time, which never goes back (so it is not before the session's
+    /// last activity; [`SessionTable::validate`] checks that). Copies `reply` only if it
+    /// does not fit in the session record.
     #[inline]
     pub fn save(self, reply: &OpReply, now: u64) {
         let session = self.session;
-        session.last_active = session.last_active.max(now);
+        debug_assert!(now >= session.last_active, "cluster time went back");
+        session.last_active = now;
         session.saved.insert(self.seq, reply);
     }
 }
@@ -351,8 +354,9 @@ impl SessionTable {
             Err(e) => return Verdict::Reject(e),
         };
         // Rule 3: the client no longer needs responses below `first_incomplete`.
-        if let Some(first_incomplete) = NonZeroU64::new(req.first_incomplete)
-            && first_incomplete > session.acked_below
+        // (Compared first: above `acked_below` it cannot be 0, and the compiler sees that.)
+        if req.first_incomplete > session.acked_below.get()
+            && let Some(first_incomplete) = NonZeroU64::new(req.first_incomplete)
         {
             session.acked_below = first_incomplete;
             session.saved.drop_below(first_incomplete.get());
@@ -440,8 +444,9 @@ impl SessionTable {
         Ok(table)
     }
 
-    /// Checks the invariants; `Err` names the first one broken.
-    pub fn validate(&self, window: u64) -> Result<(), String> {
+    /// Checks the invariants, among them that no session was active after `now` (the
+    /// cluster time, which never goes back); `Err` names the first one broken.
+    pub fn validate(&self, window: u64, now: u64) -> Result<(), String> {
         self.sessions.validate()?;
         let mut indexed: FxHashMap<u64, u64> = FxHashMap::default();
         for &(t, id) in &self.by_activity {
@@ -451,6 +456,12 @@ impl SessionTable {
         }
         for s in self.sessions.iter() {
             let id = s.client_id;
+            if s.last_active > now {
+                return Err(format!(
+                    "session {id} active at {} after the cluster time {now}",
+                    s.last_active
+                ));
+            }
             match indexed.get(&id) {
                 None => return Err(format!("session {id} is missing from the deadline index")),
                 Some(t) if *t > s.last_active => {
@@ -503,7 +514,9 @@ mod tests {
             Verdict::Execute(pending) => pending.save(&reply, 1),
             other => panic!("expected execution, got {other:?}"),
         }
-        table.validate(u64::MAX).expect("valid");
-        assert!(table.validate(u64::MAX - 1).is_err());
+        table.validate(u64::MAX, 1).expect("valid");
+        assert!(table.validate(u64::MAX - 1, 1).is_err());
+        // The session was active at 1: a table said to be at time 0 is inconsistent.
+        assert!(table.validate(u64::MAX, 0).is_err());
     }
 }

@@ -307,7 +307,8 @@ impl StateMachine {
     pub fn validate(&self) -> Result<(), String> {
         self.kv.validate()?;
         self.leases.validate()?;
-        self.sessions.validate(self.settings.window)?;
+        self.sessions
+            .validate(self.settings.window, self.cluster_time)?;
         for (key, v) in self.kv.iter() {
             if v.lease != 0
                 && !self
