@@ -4,7 +4,7 @@
 //! acknowledged (`acked_below`), when it was last active, and the saved response of every
 //! seq it may still ask about. [`SessionTable::check`] implements rules 1–6 of
 //! `shared/DESIGN.md` section 2; the caller applies the op and hands the response to
-//! [`SessionTable::save`] (rule 7).
+//! [`Pending::save`] (rule 7).
 //!
 //! The table is laid out for 1 M sessions and more, far beyond the CPU caches: each
 //! session is one 64-byte record that is also its hash-table bucket (`session/slots.rs`),
