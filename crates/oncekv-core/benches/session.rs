@@ -27,13 +27,14 @@
 //! back, each block's entries built before its clock starts (building a command is not
 //! applying it). A change of load on a shared machine then hits both sides of a round
 //! alike (criterion's separate runs can differ by tens of percent there); the overhead is
-//! taken per round and its median and quartiles printed. Both sides draw the same random client and key; only the
-//! command differs. Every session first gets one saved response (its steady state), and a
-//! tracked put acknowledges everything before it, so saved responses never pile up. The
-//! store holds 100 k keys (`/registry/pods/default/pod-NNNNNNNN`, 35 bytes, etcd-style)
-//! with 100-byte values, about 14 MB of data, and each put overwrites a random one. The
-//! criterion group `apply_put_1M_sessions_100k_keys` then measures the same untracked and
-//! tracked puts within one criterion run.
+//! taken per round and its median and quartiles printed. Both sides draw the same random
+//! client and key; only the command differs. Every session first gets one saved response
+//! (its steady state), and a tracked put acknowledges everything before it, so saved
+//! responses never pile up. The store holds 100 k keys
+//! (`/registry/pods/default/pod-NNNNNNNN`, 35 bytes, etcd-style) with 100-byte values,
+//! about 14 MB of data, and each put overwrites a random one. The criterion group
+//! `apply_put_1M_sessions_100k_keys` then measures the same untracked and tracked puts
+//! within one criterion run.
 //!
 //! Both are measured with one Put per entry (every put pays its session's cache miss alone)
 //! and with 64 Puts per entry, which is how the server logs writes under load: `apply`

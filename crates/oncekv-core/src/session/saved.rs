@@ -231,9 +231,10 @@ impl Saved {
         }
     }
 
-    /// Saves `reply` for `seq`, replacing a reply already saved for it (which only a
-    /// caller that broke [`SessionTable::check`](super::SessionTable::check)'s contract
-    /// can cause). Clones `reply` only when it cannot be packed inline.
+    /// Saves `reply` for `seq`, replacing a reply already saved for it (no caller does:
+    /// `check` admits only a seq with nothing saved, and a snapshot's seqs are strictly
+    /// increasing; kept so that seqs stay unique whatever the caller). Clones `reply` only
+    /// when it cannot be packed inline.
     #[inline]
     pub(crate) fn insert(&mut self, seq: u64, reply: &OpReply) {
         match self.newest {
