@@ -36,11 +36,11 @@
 //! `apply_put_1M_sessions_100k_keys` then measures the same untracked and tracked puts
 //! within one criterion run.
 //!
-//! Both are measured with one Put per entry (every put pays its session's cache miss alone)
-//! and with 64 Puts per entry, which is how the server logs writes under load: `apply`
-//! then touches all the entry's sessions first (`SessionTable::warm`), so their misses
-//! overlap instead of coming one per command. (`warm` skips tables of up to
-//! `session::WARM_ABOVE` sessions, which stay in cache; at 1 M sessions it always runs.)
+//! Both are measured with one Put per entry and with 64 Puts per entry, which is how the
+//! server logs writes under load. Either way a tracked put asks for its session's cache
+//! line (`SessionTable::prefetch`) and searches the store for its key before the session
+//! check, so a random session's cache miss overlaps the store's search instead of adding
+//! to it (`StateMachine::apply_tracked`).
 //!
 //! Variants with 1 k busy clients among the 1 M sessions (and with one client) separate what
 //! the session rules cost from what touching a cold session in memory costs.
@@ -495,8 +495,7 @@ fn bench_apply(c: &mut Criterion, loaded: &mut Loaded) {
     bench("tracked", true, SESSIONS, 1);
     // The same, with the puts coming from 1 k busy clients (sessions cache-warm).
     bench("tracked_1k_active_clients", true, ACTIVE, 1);
-    // Entries of 64 puts (per entry, not per put): apply brings the batch's sessions into
-    // cache together before executing it (`SessionTable::warm`).
+    // Entries of 64 puts (the time is still per put).
     bench("untracked_64_per_entry", false, SESSIONS, BATCH);
     bench("tracked_64_per_entry", true, SESSIONS, BATCH);
     group.finish();

@@ -211,11 +211,11 @@ impl KvStore {
         Ok(RangeResponse { kvs, more, count })
     }
 
-    /// Sets `key`, in one search of the map. `value` / `lease` of `None` keep the key's
-    /// current one (etcd's `ignore_value` / `ignore_lease`; the caller has checked that the
-    /// key exists). Returns the previous value and the lease the key now has; the caller
-    /// has checked the request (non-empty key, lease exists) and keeps the lease table in
-    /// step.
+    /// Sets `key`, in one search of the map, as part of `w`. `value` / `lease` of `None`
+    /// keep the key's current one (etcd's `ignore_value` / `ignore_lease`; the caller has
+    /// checked that the key exists). Returns the previous value and the lease the key now
+    /// has; the caller has checked the request (non-empty key, lease exists) and keeps the
+    /// lease table in step.
     pub fn put(
         &mut self,
         w: &mut Write,
@@ -224,38 +224,16 @@ impl KvStore {
         lease: Option<i64>,
     ) -> (Option<Value>, i64) {
         w.changed = true;
-        let rev = w.revision;
-        match self.map.entry(key.clone()) {
-            Entry::Occupied(mut slot) => {
-                let v = slot.get_mut();
-                // The old value moves into `prev` rather than being copied.
-                let prev_value = match value {
-                    Some(value) => std::mem::replace(&mut v.value, value.clone()),
-                    None => v.value.clone(),
-                };
-                let prev = Value {
-                    create_revision: v.create_revision,
-                    mod_revision: v.mod_revision,
-                    version: v.version,
-                    value: prev_value,
-                    lease: v.lease,
-                };
-                v.mod_revision = rev;
-                v.version += 1;
-                v.lease = lease.unwrap_or(v.lease);
-                (Some(prev), v.lease)
-            }
-            Entry::Vacant(slot) => {
-                let lease = lease.unwrap_or(0);
-                slot.insert(Value {
-                    create_revision: rev,
-                    mod_revision: rev,
-                    version: 1,
-                    value: value.cloned().unwrap_or_default(),
-                    lease,
-                });
-                (None, lease)
-            }
+        set(self.map.entry(key.clone()), w.revision, value, lease)
+    }
+
+    /// Finds where `key` is or would go, for a put of that one key decided later: the
+    /// search is done, nothing has changed, and dropping the slot changes nothing.
+    #[inline]
+    pub fn slot(&mut self, key: &Bytes) -> Slot<'_> {
+        Slot {
+            entry: self.map.entry(key.clone()),
+            revision: &mut self.revision,
         }
     }
 
@@ -306,5 +284,76 @@ impl KvStore {
             }
         }
         Ok(())
+    }
+}
+
+/// A key's place in the store, found by [`KvStore::slot`] before a put of it is decided.
+#[derive(Debug)]
+pub struct Slot<'a> {
+    entry: Entry<'a, Bytes, Value>,
+    revision: &'a mut i64,
+}
+
+impl Slot<'_> {
+    /// Whether the key is in the store.
+    pub fn exists(&self) -> bool {
+        matches!(self.entry, Entry::Occupied(_))
+    }
+
+    /// The store's revision.
+    pub fn revision(&self) -> i64 {
+        *self.revision
+    }
+
+    /// [`KvStore::put`] as a write of its own: at the store's next revision, which it
+    /// becomes. Returns that revision, the previous value and the key's lease.
+    #[inline]
+    pub fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
+        *self.revision += 1;
+        let rev = *self.revision;
+        let (prev, lease) = set(self.entry, rev, value, lease);
+        (rev, prev, lease)
+    }
+}
+
+/// A put at `entry`, at revision `rev` (see [`KvStore::put`]).
+#[inline]
+fn set(
+    entry: Entry<'_, Bytes, Value>,
+    rev: i64,
+    value: Option<&Bytes>,
+    lease: Option<i64>,
+) -> (Option<Value>, i64) {
+    match entry {
+        Entry::Occupied(mut slot) => {
+            let v = slot.get_mut();
+            // The old value moves into `prev` rather than being copied.
+            let prev_value = match value {
+                Some(value) => std::mem::replace(&mut v.value, value.clone()),
+                None => v.value.clone(),
+            };
+            let prev = Value {
+                create_revision: v.create_revision,
+                mod_revision: v.mod_revision,
+                version: v.version,
+                value: prev_value,
+                lease: v.lease,
+            };
+            v.mod_revision = rev;
+            v.version += 1;
+            v.lease = lease.unwrap_or(v.lease);
+            (Some(prev), v.lease)
+        }
+        Entry::Vacant(slot) => {
+            let lease = lease.unwrap_or(0);
+            slot.insert(Value {
+                create_revision: rev,
+                mod_revision: rev,
+                version: 1,
+                value: value.cloned().unwrap_or_default(),
+                lease,
+            });
+            (None, lease)
+        }
     }
 }

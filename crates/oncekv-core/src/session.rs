@@ -246,11 +246,6 @@ impl Pending<'_> {
     }
 }
 
-/// [`SessionTable::warm`] skips tables of up to this many sessions: their records (1 MiB)
-/// stay in a CPU's caches, so touching them first would only cost instructions (13 per
-/// command in `scripts/apply-instructions`).
-pub const WARM_ABOVE: usize = 16 * 1024;
-
 /// All sessions, with their deadline index.
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
@@ -273,21 +268,12 @@ impl SessionTable {
         self.sessions.get(client_id)
     }
 
-    /// Brings the sessions of `client_ids` into cache ahead of their lookups (see
-    /// `Slots::touch`): applying an entry of many tracked commands from clients whose
-    /// sessions are cold then overlaps their cache misses instead of paying them one by one.
-    /// Does nothing for a table of at most [`WARM_ABOVE`] sessions, which stays in cache.
-    /// Changes nothing.
-    pub fn warm(&self, client_ids: impl Iterator<Item = u64>) {
-        if self.sessions.len() <= WARM_ABOVE {
-            return;
-        }
-        let mut occupied = 0u32;
-        for id in client_ids {
-            occupied = occupied.wrapping_add(u32::from(self.sessions.touch(id)));
-        }
-        // Keeps the loads from being optimised away.
-        std::hint::black_box(occupied);
+    /// Asks for `client_id`'s session to be brought into cache, and goes on without
+    /// waiting: a [`check`](Self::check) that follows other work finds it there. (See
+    /// `StateMachine::apply_tracked`.) Changes nothing.
+    #[inline]
+    pub fn prefetch(&self, client_id: u64) {
+        self.sessions.prefetch(client_id);
     }
 
     /// Sessions in client-id order (for snapshots and comparisons).

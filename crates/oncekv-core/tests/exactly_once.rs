@@ -581,6 +581,49 @@ fn duplicate_in_the_same_entry_is_absorbed() {
     assert_eq!(r.sm.stats().duplicates, 1);
 }
 
+// A tracked put finds its key in the store before the session rules decide (so the two
+// memory lookups overlap); a put they refuse must leave the store exactly as it was, for a
+// key that exists and for one that does not.
+#[test]
+fn put_refused_by_the_session_rules_leaves_the_store_unchanged() {
+    for key in ["k", "new"] {
+        let mut r = Replica::new(Settings {
+            window: WINDOW,
+            ..Settings::default()
+        });
+        let client = r.register(SECRET);
+        r.ok(Op::put("k", "v"));
+        let acked = tracked(client, SECRET, 3, 3, Op::put("other", "x"));
+        assert!(matches!(r.one(acked), Response::Op(Ok(_))));
+        let before = r.sm.kv().clone();
+        let refused = [
+            tracked(client, WRONG, 4, 3, Op::put(key, "wrong secret")),
+            tracked(client + 1, SECRET, 4, 3, Op::put(key, "no such session")),
+            tracked(client, SECRET, 2, 3, Op::put(key, "stale")),
+            tracked(
+                client,
+                SECRET,
+                3 + WINDOW,
+                3,
+                Op::put(key, "past the window"),
+            ),
+        ];
+        for command in refused {
+            let response = r.one(command.clone());
+            assert!(
+                matches!(response, Response::Op(Err(_))),
+                "{key}: {command:?} answered {response:?}"
+            );
+            assert_eq!(r.sm.kv(), &before, "{key}: {command:?} changed the store");
+        }
+        // The same slot path executes once the request is admitted.
+        let admitted = r.one(tracked(client, SECRET, 4, 3, Op::put(key, "admitted")));
+        assert!(matches!(admitted, Response::Op(Ok(_))), "{admitted:?}");
+        assert_eq!(r.value(key), Some(Bytes::from_static(b"admitted")));
+        assert_eq!(r.sm.kv().revision(), before.revision() + 1);
+    }
+}
+
 // N puts through sessions leave version N whatever the retries (DESIGN.md section 4): the
 // user-visible form of exactly-once.
 #[test]
