@@ -256,6 +256,30 @@ fn rows() -> Vec<Row> {
                 saved: &[9],
             },
         },
+        // Rules 3 + 6: the slid window has its own edge; rule 3's ack still takes effect.
+        Row {
+            name: "one past the slid window is refused",
+            setup: acked_5,
+            command: |f| f.cmd(6 + WINDOW, 6),
+            expect: Refused(|_| SessionError::WindowExceeded { seq: 10, limit: 9 }),
+            change: Session {
+                executed: false,
+                acked_below: 6,
+                saved: &[],
+            },
+        },
+        // Rules 3 + 5: an ack that leaves a saved response keeps its duplicate answer.
+        Row {
+            name: "duplicate of the seq first_incomplete names returns the saved response",
+            setup: saved_5_6,
+            command: |f| f.cmd(6, 6),
+            expect: SavedResponseOf(6),
+            change: Session {
+                executed: false,
+                acked_below: 6,
+                saved: &[6],
+            },
+        },
         // Rule 5: a retry after a lost reply gets the first answer, and runs nothing.
         Row {
             name: "duplicate returns the saved response",
