@@ -339,22 +339,6 @@ impl SessionTable {
             Ok(session) => session,
             Err(e) => return Verdict::Reject(e),
         };
-        // The usual request, decided in one pass: it acknowledges every saved reply (so
-        // rule 3 leaves nothing for rule 5 to find), and its seq is neither below its own
-        // first_incomplete nor past the window that starts there (rules 4 and 6). Anything
-        // else goes through the rules one by one below, which decide the same way.
-        if req.first_incomplete > session.acked_below.get()
-            && req.seq >= req.first_incomplete
-            && req.seq - req.first_incomplete < window
-            && let Some(first_incomplete) = NonZeroU64::new(req.first_incomplete)
-            && session.saved.drop_all_below(req.first_incomplete)
-        {
-            session.acked_below = first_incomplete;
-            return Verdict::Execute(Pending {
-                session,
-                seq: req.seq,
-            });
-        }
         // Rule 3: the client no longer needs responses below `first_incomplete`.
         // (Compared first: above `acked_below` it cannot be 0, and the compiler sees that.)
         if req.first_incomplete > session.acked_below.get()

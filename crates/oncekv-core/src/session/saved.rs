@@ -200,23 +200,6 @@ impl Saved {
         }
     }
 
-    /// Rule 3 for a request that acknowledges every saved reply (none is at or above
-    /// `first_incomplete`): forgets them all and returns `true`. Otherwise changes nothing
-    /// and returns `false`.
-    #[inline]
-    pub(crate) fn drop_all_below(&mut self, first_incomplete: u64) -> bool {
-        if self.spill.is_some() {
-            return false;
-        }
-        match self.newest {
-            Some(newest) if newest.seq >= first_incomplete => false,
-            _ => {
-                self.newest = None;
-                true
-            }
-        }
-    }
-
     /// Rule 3: forgets every reply below `first_incomplete`.
     #[inline]
     pub(crate) fn drop_below(&mut self, first_incomplete: u64) {
@@ -497,37 +480,6 @@ mod tests {
             let packed = Packed::pack(&reply).expect("packable");
             assert_eq!(packed.unpack(), reply);
         }
-    }
-
-    /// The one-pass rule 3 of `SessionTable::check` empties the table only when every
-    /// saved reply is below `first_incomplete`, and otherwise leaves it untouched for the
-    /// rules one by one.
-    #[test]
-    fn drop_all_below_empties_only_a_fully_acknowledged_table() {
-        let mut empty = Saved::default();
-        assert!(empty.drop_all_below(1));
-        assert_eq!(empty.len(), 0);
-
-        let mut one = Saved::default();
-        one.insert(5, &put(10));
-        let before = contents(&one);
-        assert!(!one.drop_all_below(5), "seq 5 is not acknowledged by 5");
-        assert_eq!(contents(&one), before);
-        assert!(one.drop_all_below(6));
-        assert_eq!(contents(&one), vec![]);
-        assert!(one.validate(6, 4).is_ok());
-
-        // With a spill (several saved, or a reply too big to pack) the slow path decides.
-        let mut spilled = Saved::default();
-        spilled.insert(5, &put(10));
-        spilled.insert(6, &put(11));
-        let before = contents(&spilled);
-        assert!(!spilled.drop_all_below(7));
-        assert_eq!(contents(&spilled), before);
-        let mut big = Saved::default();
-        big.insert(5, &put_with_prev(10));
-        assert!(!big.drop_all_below(6));
-        assert_eq!(contents(&big), vec![(5, put_with_prev(10))]);
     }
 
     /// Replies that do not fit are kept whole in the spill, never truncated.
