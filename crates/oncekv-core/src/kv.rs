@@ -5,7 +5,7 @@
 //! txn can make several changes at the revision it will commit.
 
 use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
+use std::collections::btree_map::{Entry, OccupiedEntry, VacantEntry};
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -294,25 +294,90 @@ pub struct Slot<'a> {
     revision: &'a mut i64,
 }
 
-impl Slot<'_> {
-    /// Whether the key is in the store.
-    pub fn exists(&self) -> bool {
-        matches!(self.entry, Entry::Occupied(_))
+impl<'a> Slot<'a> {
+    /// Says whether the key is stored, as the type of slot (a put of each kind is a
+    /// function of its own: only what that kind holds is passed on).
+    #[inline]
+    pub fn known(self) -> KnownSlot<'a> {
+        match self.entry {
+            Entry::Occupied(entry) => KnownSlot::Stored(StoredSlot {
+                entry,
+                revision: self.revision,
+            }),
+            Entry::Vacant(entry) => KnownSlot::Free(FreeSlot {
+                entry,
+                revision: self.revision,
+            }),
+        }
     }
+}
+
+/// A [`Slot`] whose key is known to be stored ([`StoredSlot`]) or not ([`FreeSlot`]).
+#[derive(Debug)]
+pub enum KnownSlot<'a> {
+    Stored(StoredSlot<'a>),
+    Free(FreeSlot<'a>),
+}
+
+/// The place of a stored key.
+#[derive(Debug)]
+pub struct StoredSlot<'a> {
+    entry: OccupiedEntry<'a, Bytes, Value>,
+    revision: &'a mut i64,
+}
+
+/// Where a key that is not stored would go.
+#[derive(Debug)]
+pub struct FreeSlot<'a> {
+    entry: VacantEntry<'a, Bytes, Value>,
+    revision: &'a mut i64,
+}
+
+/// A key's place, for a put of that one key.
+pub trait PutSlot {
+    /// Whether the key is in the store.
+    fn exists(&self) -> bool;
 
     /// The store's revision.
-    pub fn revision(&self) -> i64 {
-        *self.revision
-    }
+    fn revision(&self) -> i64;
 
     /// [`KvStore::put`] as a write of its own: at the store's next revision, which it
     /// becomes. Returns that revision, the previous value and the key's lease.
+    fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64);
+}
+
+impl PutSlot for StoredSlot<'_> {
+    fn exists(&self) -> bool {
+        true
+    }
+
+    fn revision(&self) -> i64 {
+        *self.revision
+    }
+
     #[inline]
-    pub fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
+    fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
         *self.revision += 1;
         let rev = *self.revision;
-        let (prev, lease) = set(self.entry, rev, value, lease);
-        (rev, prev, lease)
+        let (prev, lease) = set_stored(self.entry, rev, value, lease);
+        (rev, Some(prev), lease)
+    }
+}
+
+impl PutSlot for FreeSlot<'_> {
+    fn exists(&self) -> bool {
+        false
+    }
+
+    fn revision(&self) -> i64 {
+        *self.revision
+    }
+
+    #[inline]
+    fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
+        *self.revision += 1;
+        let rev = *self.revision;
+        (rev, None, set_free(self.entry, rev, value, lease))
     }
 }
 
@@ -325,35 +390,56 @@ fn set(
     lease: Option<i64>,
 ) -> (Option<Value>, i64) {
     match entry {
-        Entry::Occupied(mut slot) => {
-            let v = slot.get_mut();
-            // The old value moves into `prev` rather than being copied.
-            let prev_value = match value {
-                Some(value) => std::mem::replace(&mut v.value, value.clone()),
-                None => v.value.clone(),
-            };
-            let prev = Value {
-                create_revision: v.create_revision,
-                mod_revision: v.mod_revision,
-                version: v.version,
-                value: prev_value,
-                lease: v.lease,
-            };
-            v.mod_revision = rev;
-            v.version += 1;
-            v.lease = lease.unwrap_or(v.lease);
-            (Some(prev), v.lease)
+        Entry::Occupied(entry) => {
+            let (prev, lease) = set_stored(entry, rev, value, lease);
+            (Some(prev), lease)
         }
-        Entry::Vacant(slot) => {
-            let lease = lease.unwrap_or(0);
-            slot.insert(Value {
-                create_revision: rev,
-                mod_revision: rev,
-                version: 1,
-                value: value.cloned().unwrap_or_default(),
-                lease,
-            });
-            (None, lease)
-        }
+        Entry::Vacant(entry) => (None, set_free(entry, rev, value, lease)),
     }
+}
+
+/// [`set`] of a stored key: returns its previous value and its lease now.
+#[inline]
+fn set_stored(
+    mut entry: OccupiedEntry<'_, Bytes, Value>,
+    rev: i64,
+    value: Option<&Bytes>,
+    lease: Option<i64>,
+) -> (Value, i64) {
+    let v = entry.get_mut();
+    // The old value moves into `prev` rather than being copied.
+    let prev_value = match value {
+        Some(value) => std::mem::replace(&mut v.value, value.clone()),
+        None => v.value.clone(),
+    };
+    let prev = Value {
+        create_revision: v.create_revision,
+        mod_revision: v.mod_revision,
+        version: v.version,
+        value: prev_value,
+        lease: v.lease,
+    };
+    v.mod_revision = rev;
+    v.version += 1;
+    v.lease = lease.unwrap_or(v.lease);
+    (prev, v.lease)
+}
+
+/// [`set`] of a key that is not stored: returns its lease.
+#[inline]
+fn set_free(
+    entry: VacantEntry<'_, Bytes, Value>,
+    rev: i64,
+    value: Option<&Bytes>,
+    lease: Option<i64>,
+) -> i64 {
+    let lease = lease.unwrap_or(0);
+    entry.insert(Value {
+        create_revision: rev,
+        mod_revision: rev,
+        version: 1,
+        value: value.cloned().unwrap_or_default(),
+        lease,
+    });
+    lease
 }
