@@ -325,6 +325,24 @@ pub enum OpError {
     EmptyKey,
 }
 
+impl OpError {
+    /// Every error, in declaration order (`ALL[e as usize] == e`): a saved response packs
+    /// an error into a byte and reads it back from here (`session/saved.rs`).
+    pub const ALL: [OpError; 11] = [
+        OpError::LeaseNotFound,
+        OpError::LeaseAlreadyExists,
+        OpError::LeaseTtlTooLarge,
+        OpError::KeyNotFound,
+        OpError::LeaseProvided,
+        OpError::ValueProvided,
+        OpError::Compacted,
+        OpError::FutureRevision,
+        OpError::DuplicateKey,
+        OpError::TooManyOps,
+        OpError::EmptyKey,
+    ];
+}
+
 /// The answer to one [`Command`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {

@@ -202,6 +202,10 @@ impl<'de> Deserialize<'de> for Session {
     }
 }
 
+/// Where a session's bucket is, from [`SessionTable::prefetch`].
+#[derive(Debug, Clone, Copy)]
+pub struct BucketHint(usize);
+
 /// The parts of a tracked command the session rules look at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestId {
@@ -229,7 +233,7 @@ pub enum Verdict<'a> {
 #[must_use = "the reply must be saved (rule 7), or a retry would execute the request again"]
 pub struct Pending<'a> {
     session: &'a mut Session,
-    seq: u64,
+    seq: NonZeroU64,
 }
 
 impl Pending<'_> {
@@ -269,11 +273,11 @@ impl SessionTable {
     }
 
     /// Asks for `client_id`'s session to be brought into cache, and goes on without
-    /// waiting: a [`check`](Self::check) that follows other work finds it there. (See
-    /// `StateMachine::apply_tracked`.) Changes nothing.
+    /// waiting: a [`check_from`](Self::check_from) that follows other work finds it there,
+    /// without hashing the id again. (See `StateMachine::apply_tracked`.) Changes nothing.
     #[inline]
-    pub fn prefetch(&self, client_id: u64) {
-        self.sessions.prefetch(client_id);
+    pub fn prefetch(&self, client_id: u64) -> BucketHint {
+        BucketHint(self.sessions.prefetch(client_id))
     }
 
     /// Sessions in client-id order (for snapshots and comparisons).
@@ -299,27 +303,31 @@ impl SessionTable {
         secret: Secret,
         now: u64,
     ) -> Result<(), SessionError> {
-        let session = Self::authenticate(&mut self.sessions, client_id, secret)?;
+        let hint = self.hint(client_id);
+        let session = Self::authenticate(&mut self.sessions, hint, client_id, secret)?;
         session.last_active = session.last_active.max(now);
         Ok(())
     }
 
     /// Removes the session and its saved responses after checking the secret.
     pub fn close(&mut self, client_id: u64, secret: Secret) -> Result<(), SessionError> {
-        Self::authenticate(&mut self.sessions, client_id, secret)?;
+        let hint = self.hint(client_id);
+        Self::authenticate(&mut self.sessions, hint, client_id, secret)?;
         self.sessions.remove(client_id);
         Ok(())
     }
 
+    /// Rule 1, then rule 2 (which reveals nothing about the session). `hint` is where
+    /// the session is looked for first.
     #[inline]
     fn authenticate(
         sessions: &mut Slots,
+        hint: BucketHint,
         client_id: u64,
         secret: Secret,
     ) -> Result<&mut Session, SessionError> {
-        // Rule 1, then rule 2 (which reveals nothing about the session).
         let session = sessions
-            .get_mut(client_id)
+            .get_mut_from(hint.0, client_id)
             .ok_or(SessionError::SessionExpired { client_id })?;
         if session.secret != secret {
             return Err(SessionError::PermissionDenied { client_id });
@@ -335,7 +343,23 @@ impl SessionTable {
     /// several saved responses and this request acknowledges some or is below the newest.
     #[inline]
     pub fn check(&mut self, req: RequestId, window: u64) -> Verdict<'_> {
-        let session = match Self::authenticate(&mut self.sessions, req.client_id, req.secret) {
+        self.check_from(self.hint(req.client_id), req, window)
+    }
+
+    /// Where `client_id`'s session should be, for [`check_from`](Self::check_from), without
+    /// a [`prefetch`](Self::prefetch).
+    #[inline]
+    pub fn hint(&self, client_id: u64) -> BucketHint {
+        BucketHint(self.sessions.home(client_id))
+    }
+
+    /// [`check`](Self::check) where a [`prefetch`](Self::prefetch) of the client's session
+    /// gave `hint`. A hint from another client or from before the table changed costs a
+    /// lookup, never a wrong verdict.
+    #[inline]
+    pub fn check_from(&mut self, hint: BucketHint, req: RequestId, window: u64) -> Verdict<'_> {
+        let session = match Self::authenticate(&mut self.sessions, hint, req.client_id, req.secret)
+        {
             Ok(session) => session,
             Err(e) => return Verdict::Reject(e),
         };
@@ -378,10 +402,14 @@ impl SessionTable {
                 limit: acked_below.saturating_add(window) - 1,
             });
         }
-        Verdict::Execute(Pending {
-            session,
-            seq: req.seq,
-        })
+        // Not 0: it is at least `acked_below` (rule 4).
+        let Some(seq) = NonZeroU64::new(req.seq) else {
+            return Verdict::Reject(SessionError::Stale {
+                seq: req.seq,
+                acked_below,
+            });
+        };
+        Verdict::Execute(Pending { session, seq })
     }
 
     /// Removes every session with `last_active + ttl < now`, returning their ids in the
@@ -466,6 +494,62 @@ impl SessionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `check_from` with a hint that points elsewhere (another client's bucket, an empty
+    /// one, past the table) gives exactly the verdict of `check`, and changes the table the
+    /// same way.
+    #[test]
+    fn a_wrong_hint_changes_no_verdict() {
+        let secret = |id: u64| Secret::from_u128(u128::from(id) * 7);
+        let reply = OpReply {
+            revision: 5,
+            result: Err(crate::command::OpError::KeyNotFound),
+        };
+        let mut table = SessionTable::default();
+        for id in 1..=40 {
+            assert!(table.register(id, secret(id), 0));
+        }
+        let mut plain = table.clone();
+        let requests = [
+            (3, secret(3), 1, 1),
+            (3, secret(3), 1, 1),     // a duplicate
+            (3, secret(4), 2, 1),     // a wrong secret
+            (99, secret(99), 1, 1),   // no such session
+            (17, secret(17), 200, 1), // past the window
+            (17, secret(17), 2, 2),
+        ];
+        for (n, (client_id, secret, seq, first_incomplete)) in requests.into_iter().enumerate() {
+            let req = RequestId {
+                client_id,
+                secret,
+                seq,
+                first_incomplete,
+            };
+            let hints = [
+                table.hint(client_id % 40 + 1),
+                BucketHint(0),
+                BucketHint(usize::MAX),
+            ];
+            let hint = hints[n % hints.len()];
+            let expected = match plain.check(req, 8) {
+                Verdict::Execute(pending) => {
+                    pending.save(&reply, 1);
+                    "execute".to_string()
+                }
+                other => format!("{other:?}"),
+            };
+            let got = match table.check_from(hint, req, 8) {
+                Verdict::Execute(pending) => {
+                    pending.save(&reply, 1);
+                    "execute".to_string()
+                }
+                other => format!("{other:?}"),
+            };
+            assert_eq!(got, expected, "request {n}");
+        }
+        assert_eq!(table.sorted(), plain.sorted());
+        table.validate(8, 1).expect("valid");
+    }
 
     /// Rule 6 is exact at the top of the seq range: the window `[acked_below, acked_below +
     /// window)` neither wraps nor saturates, and `validate` agrees with `check`.

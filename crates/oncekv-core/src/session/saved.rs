@@ -16,6 +16,7 @@
 //! reply)` pairs in seq order.
 
 use std::borrow::Cow;
+use std::num::NonZeroU64;
 
 use crate::command::{DeleteRangeResponse, OpError, OpReply, OpResponse, PutResponse};
 
@@ -34,41 +35,63 @@ enum Kind {
     Refused(OpError),
 }
 
+impl Kind {
+    /// The kind's code, a packed reply's top byte. `Put` is 0, so that the usual reply
+    /// packs to its revision alone.
+    fn code(self) -> u64 {
+        match self {
+            Kind::Put => 0,
+            Kind::LeaseRevoke => 1,
+            Kind::DeletedNone => 2,
+            Kind::DeletedOne => 3,
+            Kind::Refused(e) => 4 + e as u64,
+        }
+    }
+
+    /// The kind whose [`code`](Self::code) is `code`, if any.
+    fn from_code(code: u64) -> Option<Kind> {
+        Some(match code {
+            0 => Kind::Put,
+            1 => Kind::LeaseRevoke,
+            2 => Kind::DeletedNone,
+            3 => Kind::DeletedOne,
+            c => Kind::Refused(*OpError::ALL.get(usize::try_from(c - 4).ok()?)?),
+        })
+    }
+}
+
 /// Revisions below 2^56 are packed into 7 bytes (beyond that a reply is spilled).
 const PACKED_REVISION_LIMIT: i64 = 1 << 56;
 
-/// A reply in 8 bytes: its shape and its revision.
+/// A reply in 8 bytes: the revision in the low 7 bytes, the [`Kind`]'s code in the top
+/// byte. Saving the usual reply is then one 8-byte store of its revision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Packed {
-    /// Little-endian low 7 bytes of a revision in `[0, 2^56)`.
-    revision: [u8; 7],
-    kind: Kind,
-}
+struct Packed(u64);
 
 impl Packed {
+    /// Marks a newest seq whose reply did not pack (it is the spill's last entry). No
+    /// reply packs to it: the top byte 0xff is no kind's code.
+    const SPILLED: Packed = Packed(u64::MAX);
+
     /// `None` if `reply` does not fit.
     #[inline]
     fn pack(reply: &OpReply) -> Option<Packed> {
-        if !(0..PACKED_REVISION_LIMIT).contains(&reply.revision) {
+        // A negative revision has its top bit set, so one shift rejects both ends.
+        let revision = reply.revision as u64;
+        if revision >= PACKED_REVISION_LIMIT as u64 {
             return None;
         }
         // The usual reply first, ahead of the general match (a compare, not a jump table).
-        let kind = if let Ok(OpResponse::Put(PutResponse { prev_kv: None })) = &reply.result {
-            Kind::Put
-        } else {
-            Self::kind_of(reply)?
-        };
-        let [a, b, c, d, e, f, g, _] = reply.revision.to_le_bytes();
-        Some(Packed {
-            revision: [a, b, c, d, e, f, g],
-            kind,
-        })
+        if let Ok(OpResponse::Put(PutResponse { prev_kv: None })) = &reply.result {
+            return Some(Packed(revision));
+        }
+        Some(Packed(Self::kind_of(reply)?.code() << 56 | revision))
     }
 
     /// The shape of any reply; `None` if it has no packed form.
     #[inline(never)]
     fn kind_of(reply: &OpReply) -> Option<Kind> {
-        Some(match &reply.result {
+        let kind = match &reply.result {
             Ok(OpResponse::Put(PutResponse { prev_kv: None })) => Kind::Put,
             Ok(OpResponse::LeaseRevoke) => Kind::LeaseRevoke,
             Ok(OpResponse::DeleteRange(DeleteRangeResponse { deleted, prev_kvs }))
@@ -82,20 +105,26 @@ impl Packed {
             }
             Err(e) => Kind::Refused(*e),
             Ok(_) => return None,
-        })
+        };
+        // An error missing from `OpError::ALL` would not decode: it is spilled instead.
+        (Kind::from_code(kind.code()) == Some(kind)).then_some(kind)
     }
 
     /// The reply [`pack`](Self::pack) was given.
     fn unpack(&self) -> OpReply {
-        let [a, b, c, d, e, f, g] = self.revision;
-        let revision = i64::from_le_bytes([a, b, c, d, e, f, g, 0]);
+        let revision = (self.0 & (PACKED_REVISION_LIMIT as u64 - 1)) as i64;
         let deleted = |deleted| {
             Ok(OpResponse::DeleteRange(DeleteRangeResponse {
                 deleted,
                 prev_kvs: Vec::new(),
             }))
         };
-        let result = match self.kind {
+        let Some(kind) = Kind::from_code(self.0 >> 56) else {
+            // Only `pack` makes a `Packed` (`SPILLED` is never unpacked: `Newest::packed`),
+            // and it packs only kinds that decode.
+            unreachable!("packed reply {:#x} has no kind", self.0)
+        };
+        let result = match kind {
             Kind::Put => Ok(OpResponse::Put(PutResponse { prev_kv: None })),
             Kind::LeaseRevoke => Ok(OpResponse::LeaseRevoke),
             Kind::DeletedNone => deleted(0),
@@ -106,12 +135,24 @@ impl Packed {
     }
 }
 
-/// The newest saved seq and its reply, packed when it fits. 16 bytes.
+/// The newest saved seq and its reply, packed when it fits. 16 bytes. (The seq is never 0:
+/// `Option<Newest>` is `None` there, and takes no space of its own.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Newest {
-    seq: u64,
-    /// `None`: the reply did not fit and is the spill's last entry.
-    reply: Option<Packed>,
+    seq: NonZeroU64,
+    /// [`Packed::SPILLED`]: the reply did not fit and is the spill's last entry.
+    reply: Packed,
+}
+
+impl Newest {
+    fn seq(&self) -> u64 {
+        self.seq.get()
+    }
+
+    /// The packed reply; `None` if it is in the spill.
+    fn packed(&self) -> Option<&Packed> {
+        (self.reply != Packed::SPILLED).then_some(&self.reply)
+    }
 }
 
 /// A saved reply where a duplicate check found it: packed in the session record or in
@@ -169,11 +210,11 @@ impl Saved {
     #[inline]
     pub(crate) fn get(&self, seq: u64) -> Option<SavedReply<'_>> {
         let newest = self.newest.as_ref()?;
-        if seq > newest.seq {
+        if seq > newest.seq() {
             return None;
         }
-        if seq == newest.seq
-            && let Some(packed) = &newest.reply
+        if seq == newest.seq()
+            && let Some(packed) = newest.packed()
         {
             return Some(SavedReply(Found::Packed(packed)));
         }
@@ -189,8 +230,8 @@ impl Saved {
     pub(crate) fn contains(&self, seq: u64) -> bool {
         match self.newest {
             None => false,
-            Some(newest) if seq > newest.seq => false,
-            Some(newest) if seq == newest.seq => true,
+            Some(newest) if seq > newest.seq() => false,
+            Some(newest) if seq == newest.seq() => true,
             Some(_) => self.spill.as_deref().is_some_and(|spill| {
                 spill
                     .entries
@@ -206,7 +247,7 @@ impl Saved {
         let Some(newest) = self.newest else {
             return;
         };
-        if newest.seq < first_incomplete {
+        if newest.seq() < first_incomplete {
             // A client that waits for each reply acknowledges everything: the usual case.
             self.newest = None;
             if self.spill.is_some() {
@@ -234,21 +275,21 @@ impl Saved {
     /// Saves `reply` for `seq`, replacing a reply already saved for it (no caller does:
     /// `check` admits only a seq with nothing saved, and a snapshot's seqs are strictly
     /// increasing; kept so that seqs stay unique whatever the caller). Clones `reply` only
-    /// when it cannot be packed inline.
+    /// when it cannot be packed inline. (Saved seqs are never 0: the lowest is 1.)
     #[inline]
-    pub(crate) fn insert(&mut self, seq: u64, reply: &OpReply) {
+    pub(crate) fn insert(&mut self, seq: NonZeroU64, reply: &OpReply) {
         match self.newest {
-            Some(newest) if seq < newest.seq => self.spill_insert(seq, reply.clone()),
+            Some(newest) if seq < newest.seq => self.spill_insert(seq.get(), reply.clone()),
             Some(newest) if seq == newest.seq => {
-                if newest.reply.is_none() {
+                if newest.packed().is_none() {
                     self.spill_pop();
                 }
                 self.set_newest(seq, reply);
             }
             Some(newest) => {
                 // The current newest becomes an ordinary older entry.
-                if let Some(older) = newest.reply {
-                    self.spill_insert(newest.seq, older.unpack());
+                if let Some(older) = newest.packed() {
+                    self.spill_insert(newest.seq(), older.unpack());
                 }
                 self.set_newest(seq, reply);
             }
@@ -257,11 +298,11 @@ impl Saved {
     }
 
     #[inline]
-    fn set_newest(&mut self, seq: u64, reply: &OpReply) {
-        let packed = Packed::pack(reply);
-        if packed.is_none() {
-            self.spill_insert(seq, reply.clone());
-        }
+    fn set_newest(&mut self, seq: NonZeroU64, reply: &OpReply) {
+        let packed = Packed::pack(reply).unwrap_or_else(|| {
+            self.spill_insert(seq.get(), reply.clone());
+            Packed::SPILLED
+        });
         self.newest = Some(Newest { seq, reply: packed });
     }
 
@@ -293,7 +334,10 @@ impl Saved {
 
     pub(crate) fn len(&self) -> usize {
         let spilled = self.spill.as_ref().map_or(0, |s| s.entries.len());
-        let packed = self.newest.and_then(|n| n.reply).map_or(0, |_| 1);
+        let packed = self
+            .newest
+            .and_then(|n| n.packed().copied())
+            .map_or(0, |_| 1);
         spilled + packed
     }
 
@@ -307,7 +351,7 @@ impl Saved {
             .map(|(seq, reply)| (*seq, Cow::Borrowed(reply)));
         let packed = self
             .newest
-            .and_then(|n| Some((n.seq, Cow::Owned(n.reply?.unpack()))));
+            .and_then(|n| Some((n.seq(), Cow::Owned(n.packed()?.unpack()))));
         ExactChain {
             first: spilled,
             last: packed,
@@ -321,7 +365,8 @@ impl Saved {
         }
         let mut saved = Saved::default();
         for (seq, reply) in &entries {
-            saved.insert(*seq, reply);
+            let seq = NonZeroU64::new(*seq).ok_or("saved seq 0")?;
+            saved.insert(seq, reply);
         }
         Ok(saved)
     }
@@ -344,25 +389,22 @@ impl Saved {
             };
         };
         let last_spilled = spilled.last().map(|(seq, _)| *seq);
-        match newest.reply {
-            None if last_spilled != Some(newest.seq) => {
+        let seq = newest.seq();
+        match newest.packed() {
+            None if last_spilled != Some(seq) => {
                 return Err(format!(
-                    "newest seq {} marked spilled but not the spill's last",
-                    newest.seq
+                    "newest seq {seq} marked spilled but not the spill's last"
                 ));
             }
             None => {}
-            Some(_) if last_spilled.is_some_and(|s| s >= newest.seq) => {
-                return Err(format!(
-                    "inline seq {} is not above every spilled seq",
-                    newest.seq
-                ));
+            Some(_) if last_spilled.is_some_and(|s| s >= seq) => {
+                return Err(format!("inline seq {seq} is not above every spilled seq"));
             }
-            Some(packed) if Packed::pack(&packed.unpack()) != Some(packed) => {
-                return Err(format!(
-                    "inline reply of seq {} does not round-trip",
-                    newest.seq
-                ));
+            Some(packed) if Kind::from_code(packed.0 >> 56).is_none() => {
+                return Err(format!("inline reply of seq {seq} has no kind"));
+            }
+            Some(packed) if Packed::pack(&packed.unpack()) != Some(*packed) => {
+                return Err(format!("inline reply of seq {seq} does not round-trip"));
             }
             Some(_) => {}
         }
@@ -432,6 +474,10 @@ mod tests {
         }
     }
 
+    fn nz(seq: u64) -> NonZeroU64 {
+        NonZeroU64::new(seq).expect("saved seqs start at 1")
+    }
+
     fn contents(s: &Saved) -> Vec<(u64, OpReply)> {
         s.iter().map(|(seq, r)| (seq, r.into_owned())).collect()
     }
@@ -482,13 +528,36 @@ mod tests {
         }
     }
 
+    /// Every store error has a one-byte code that reads back as itself, and no code
+    /// collides with the marker of a spilled reply.
+    #[test]
+    fn every_error_has_a_code_that_reads_back() {
+        for (i, e) in OpError::ALL.iter().enumerate() {
+            assert_eq!(
+                *e as usize, i,
+                "OpError::ALL out of declaration order at {e:?}"
+            );
+            let kind = Kind::Refused(*e);
+            assert_eq!(Kind::from_code(kind.code()), Some(kind));
+            assert!(kind.code() < Packed::SPILLED.0 >> 56);
+        }
+        assert_eq!(Kind::from_code(Packed::SPILLED.0 >> 56), None);
+        assert_eq!(Kind::from_code(4 + OpError::ALL.len() as u64), None);
+    }
+
+    /// A snapshot naming seq 0 (no request has it) is refused, not restored.
+    #[test]
+    fn a_saved_seq_of_zero_is_refused() {
+        assert!(Saved::from_sorted(vec![(0, put(1)), (1, put(2))]).is_err());
+    }
+
     /// Replies that do not fit are kept whole in the spill, never truncated.
     #[test]
     fn large_replies_are_spilled_whole() {
         for reply in [put(-1), put(PACKED_REVISION_LIMIT), put_with_prev(4)] {
             assert_eq!(Packed::pack(&reply), None);
             let mut s = Saved::default();
-            s.insert(1, &reply);
+            s.insert(nz(1), &reply);
             assert_eq!(s.get(1).map(|r| r.to_reply()), Some(reply.clone()));
             assert_eq!(contents(&s), vec![(1, reply)]);
             s.validate(1, 8).expect("valid");
@@ -499,10 +568,10 @@ mod tests {
     #[test]
     fn one_packable_reply_stays_inline() {
         let mut s = Saved::default();
-        s.insert(1, &put(2));
+        s.insert(nz(1), &put(2));
         assert!(s.spill.is_none());
         s.drop_below(2);
-        s.insert(2, &put(3));
+        s.insert(nz(2), &put(3));
         assert!(s.spill.is_none());
         assert_eq!(contents(&s), vec![(2, put(3))]);
     }
@@ -517,7 +586,7 @@ mod tests {
             } else {
                 put(seq as i64)
             };
-            s.insert(seq, &reply);
+            s.insert(nz(seq), &reply);
             s.validate(1, 8).expect("valid");
         }
         let seqs: Vec<u64> = s.iter().map(|(seq, _)| seq).collect();
@@ -550,7 +619,7 @@ mod tests {
             } else {
                 put(seq as i64)
             };
-            s.insert(seq, &reply);
+            s.insert(nz(seq), &reply);
             agree(&s);
         }
         for acked in [2, 4, 8, 10] {
@@ -564,8 +633,8 @@ mod tests {
     #[test]
     fn equal_content_compares_equal_whatever_the_placement() {
         let mut a = Saved::default();
-        a.insert(1, &put(1));
-        a.insert(2, &put_with_prev(2));
+        a.insert(nz(1), &put(1));
+        a.insert(nz(2), &put_with_prev(2));
         let b = Saved::from_sorted(contents(&a)).expect("sorted");
         assert_eq!(a, b);
         assert_eq!(contents(&a), contents(&b));

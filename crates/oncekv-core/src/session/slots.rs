@@ -45,7 +45,7 @@ impl Slots {
     }
 
     #[inline]
-    fn home(&self, client_id: u64) -> usize {
+    pub(super) fn home(&self, client_id: u64) -> usize {
         // Fibonacci hashing; `shift` is 0 for an empty table and below 64 always.
         (client_id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
     }
@@ -104,12 +104,31 @@ impl Slots {
     }
 
     /// Starts loading `client_id`'s home bucket into cache without waiting for it (a
-    /// prefetch instruction: unlike a load, nothing waits for it to arrive).
+    /// prefetch instruction: unlike a load, nothing waits for it to arrive), and returns
+    /// the bucket's index for [`get_mut_from`](Self::get_mut_from).
     #[inline]
-    pub(super) fn prefetch(&self, client_id: u64) {
-        if let Some(b) = self.buckets.get(self.home(client_id)) {
+    pub(super) fn prefetch(&self, client_id: u64) -> usize {
+        let home = self.home(client_id);
+        if let Some(b) = self.buckets.get(home) {
             mem_prefetch::prefetch_read_data::<_, 3>(b);
         }
+        home
+    }
+
+    /// [`get_mut`](Self::get_mut) given a guess of the bucket (what
+    /// [`prefetch`](Self::prefetch) returned): the guess is taken only if that bucket holds
+    /// `client_id`'s session, so a wrong or stale one costs a lookup, never a wrong answer.
+    #[inline]
+    pub(super) fn get_mut_from(&mut self, guess: usize, client_id: u64) -> Option<&mut Session> {
+        let at_guess = self
+            .buckets
+            .get(guess)
+            .and_then(|b| b.0.as_ref())
+            .is_some_and(|s| s.client_id == client_id);
+        if at_guess {
+            return self.buckets.get_mut(guess)?.0.as_mut();
+        }
+        self.get_mut(client_id)
     }
 
     pub(super) fn contains(&self, client_id: u64) -> bool {
