@@ -299,85 +299,101 @@ impl<'a> Slot<'a> {
     /// function of its own: only what that kind holds is passed on).
     #[inline]
     pub fn known(self) -> KnownSlot<'a> {
+        let revision = self.revision;
         match self.entry {
-            Entry::Occupied(entry) => KnownSlot::Stored(StoredSlot {
-                entry,
-                revision: self.revision,
-            }),
-            Entry::Vacant(entry) => KnownSlot::Free(FreeSlot {
-                entry,
-                revision: self.revision,
-            }),
+            Entry::Occupied(entry) => KnownSlot::Stored(KeySlot { entry, revision }),
+            Entry::Vacant(entry) => KnownSlot::Free(KeySlot { entry, revision }),
         }
     }
 }
 
-/// A [`Slot`] whose key is known to be stored ([`StoredSlot`]) or not ([`FreeSlot`]).
+/// A [`Slot`] whose key is known to be stored, or known not to be.
 #[derive(Debug)]
 pub enum KnownSlot<'a> {
-    Stored(StoredSlot<'a>),
-    Free(FreeSlot<'a>),
+    Stored(KeySlot<'a, OccupiedEntry<'a, Bytes, Value>>),
+    Free(KeySlot<'a, VacantEntry<'a, Bytes, Value>>),
 }
 
-/// The place of a stored key.
+/// A key's place in the store for a put of that one key: `E` is the B-tree entry of a
+/// stored key or of a key that is not (see [`KnownSlot`]).
 #[derive(Debug)]
-pub struct StoredSlot<'a> {
-    entry: OccupiedEntry<'a, Bytes, Value>,
+pub struct KeySlot<'a, E> {
+    entry: E,
     revision: &'a mut i64,
 }
 
-/// Where a key that is not stored would go.
-#[derive(Debug)]
-pub struct FreeSlot<'a> {
-    entry: VacantEntry<'a, Bytes, Value>,
-    revision: &'a mut i64,
-}
-
-/// A key's place, for a put of that one key.
-pub trait PutSlot {
+impl<E: PutEntry> KeySlot<'_, E> {
     /// Whether the key is in the store.
-    fn exists(&self) -> bool;
+    pub fn exists(&self) -> bool {
+        E::STORED
+    }
 
     /// The store's revision.
-    fn revision(&self) -> i64;
+    pub fn revision(&self) -> i64 {
+        *self.revision
+    }
 
     /// [`KvStore::put`] as a write of its own: at the store's next revision, which it
     /// becomes. Returns that revision, the previous value and the key's lease.
-    fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64);
-}
-
-impl PutSlot for StoredSlot<'_> {
-    fn exists(&self) -> bool {
-        true
-    }
-
-    fn revision(&self) -> i64 {
-        *self.revision
-    }
-
     #[inline]
-    fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
+    pub fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
         *self.revision += 1;
         let rev = *self.revision;
-        let (prev, lease) = set_stored(self.entry, rev, value, lease);
-        (rev, Some(prev), lease)
+        let (prev, lease) = self.entry.set(rev, value, lease);
+        (rev, prev, lease)
     }
 }
 
-impl PutSlot for FreeSlot<'_> {
-    fn exists(&self) -> bool {
-        false
-    }
+/// A B-tree entry a put can write: a stored key's or a free one's.
+pub trait PutEntry {
+    /// Whether the entry's key is in the store.
+    const STORED: bool;
 
-    fn revision(&self) -> i64 {
-        *self.revision
-    }
+    /// A put at this entry, at revision `rev` (see [`KvStore::put`]).
+    fn set(self, rev: i64, value: Option<&Bytes>, lease: Option<i64>) -> (Option<Value>, i64);
+}
 
+impl PutEntry for OccupiedEntry<'_, Bytes, Value> {
+    const STORED: bool = true;
+
+    /// Returns the key's previous value and its lease now.
     #[inline]
-    fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
-        *self.revision += 1;
-        let rev = *self.revision;
-        (rev, None, set_free(self.entry, rev, value, lease))
+    fn set(mut self, rev: i64, value: Option<&Bytes>, lease: Option<i64>) -> (Option<Value>, i64) {
+        let v = self.get_mut();
+        // The old value moves into `prev` rather than being copied.
+        let prev_value = match value {
+            Some(value) => std::mem::replace(&mut v.value, value.clone()),
+            None => v.value.clone(),
+        };
+        let prev = Value {
+            create_revision: v.create_revision,
+            mod_revision: v.mod_revision,
+            version: v.version,
+            value: prev_value,
+            lease: v.lease,
+        };
+        v.mod_revision = rev;
+        v.version += 1;
+        v.lease = lease.unwrap_or(v.lease);
+        (Some(prev), v.lease)
+    }
+}
+
+impl PutEntry for VacantEntry<'_, Bytes, Value> {
+    const STORED: bool = false;
+
+    /// Returns no previous value and the key's lease.
+    #[inline]
+    fn set(self, rev: i64, value: Option<&Bytes>, lease: Option<i64>) -> (Option<Value>, i64) {
+        let lease = lease.unwrap_or(0);
+        self.insert(Value {
+            create_revision: rev,
+            mod_revision: rev,
+            version: 1,
+            value: value.cloned().unwrap_or_default(),
+            lease,
+        });
+        (None, lease)
     }
 }
 
@@ -390,56 +406,7 @@ fn set(
     lease: Option<i64>,
 ) -> (Option<Value>, i64) {
     match entry {
-        Entry::Occupied(entry) => {
-            let (prev, lease) = set_stored(entry, rev, value, lease);
-            (Some(prev), lease)
-        }
-        Entry::Vacant(entry) => (None, set_free(entry, rev, value, lease)),
+        Entry::Occupied(entry) => entry.set(rev, value, lease),
+        Entry::Vacant(entry) => entry.set(rev, value, lease),
     }
-}
-
-/// [`set`] of a stored key: returns its previous value and its lease now.
-#[inline]
-fn set_stored(
-    mut entry: OccupiedEntry<'_, Bytes, Value>,
-    rev: i64,
-    value: Option<&Bytes>,
-    lease: Option<i64>,
-) -> (Value, i64) {
-    let v = entry.get_mut();
-    // The old value moves into `prev` rather than being copied.
-    let prev_value = match value {
-        Some(value) => std::mem::replace(&mut v.value, value.clone()),
-        None => v.value.clone(),
-    };
-    let prev = Value {
-        create_revision: v.create_revision,
-        mod_revision: v.mod_revision,
-        version: v.version,
-        value: prev_value,
-        lease: v.lease,
-    };
-    v.mod_revision = rev;
-    v.version += 1;
-    v.lease = lease.unwrap_or(v.lease);
-    (prev, v.lease)
-}
-
-/// [`set`] of a key that is not stored: returns its lease.
-#[inline]
-fn set_free(
-    entry: VacantEntry<'_, Bytes, Value>,
-    rev: i64,
-    value: Option<&Bytes>,
-    lease: Option<i64>,
-) -> i64 {
-    let lease = lease.unwrap_or(0);
-    entry.insert(Value {
-        create_revision: rev,
-        mod_revision: rev,
-        version: 1,
-        value: value.cloned().unwrap_or_default(),
-        lease,
-    });
-    lease
 }

@@ -12,7 +12,7 @@ use crate::command::{
     OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response,
     ResponseOp, Settings, Tracked, TxnRequest, TxnResponse,
 };
-use crate::kv::{KnownSlot, KvStore, PutSlot, Slot, Value, Write};
+use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
 use crate::lease::LeaseTable;
 use crate::session::{RequestId, SessionTable, Verdict};
 use crate::txn::{compares_hold, validate_txn};
@@ -422,7 +422,7 @@ fn put_lease(p: &PutRequest) -> Option<i64> {
 /// 11 instructions off an untracked put and 16 off a tracked one
 /// (`scripts/apply-instructions`).
 #[inline(never)]
-fn put_at(slot: impl PutSlot, leases: &mut LeaseTable, p: &PutRequest) -> OpReply {
+fn put_at<E: PutEntry>(slot: KeySlot<'_, E>, leases: &mut LeaseTable, p: &PutRequest) -> OpReply {
     if let Err(e) = check_put(p, || slot.exists(), leases) {
         return OpReply {
             revision: slot.revision(),

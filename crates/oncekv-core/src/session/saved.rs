@@ -504,19 +504,7 @@ mod tests {
                 })),
             });
         }
-        for e in [
-            OpError::LeaseNotFound,
-            OpError::LeaseAlreadyExists,
-            OpError::LeaseTtlTooLarge,
-            OpError::KeyNotFound,
-            OpError::LeaseProvided,
-            OpError::ValueProvided,
-            OpError::Compacted,
-            OpError::FutureRevision,
-            OpError::DuplicateKey,
-            OpError::TooManyOps,
-            OpError::EmptyKey,
-        ] {
+        for e in OpError::ALL {
             replies.push(OpReply {
                 revision: 3,
                 result: Err(e),
