@@ -366,10 +366,7 @@ impl Ready<'_> {
         index: u64,
     ) -> OpReply {
         match self {
-            Ready::Put(slot, p) => match slot.known() {
-                KnownSlot::Stored(slot) => put_at(slot, leases, p),
-                KnownSlot::Free(slot) => put_at(slot, leases, p),
-            },
+            Ready::Put(slot, p) => put_in(slot, leases, p),
             Ready::Other(kv, op) => Exec {
                 kv,
                 leases,
@@ -413,6 +410,16 @@ fn put_value(p: &PutRequest) -> Option<&Bytes> {
 /// The lease a put gives the key (`None`: keep the key's, etcd's `ignore_lease`).
 fn put_lease(p: &PutRequest) -> Option<i64> {
     (!p.ignore_lease).then_some(p.lease)
+}
+
+/// [`put_at`] for the kind of slot `slot` is (inlined, so that its caller branches on the
+/// kind and calls the function for that kind).
+#[inline(always)]
+fn put_in(slot: Slot<'_>, leases: &mut LeaseTable, p: &PutRequest) -> OpReply {
+    match slot.known() {
+        KnownSlot::Stored(slot) => put_at(slot, leases, p),
+        KnownSlot::Free(slot) => put_at(slot, leases, p),
+    }
 }
 
 /// A put of its own (not in a txn) at the key's slot: checked, written at the next
@@ -475,12 +482,7 @@ impl Exec<'_> {
     /// Runs an op against the store. Refusals (`Err` in the reply) change nothing.
     fn execute(&mut self, index: u64, op: &Op) -> OpReply {
         let result = match op {
-            Op::Put(p) => {
-                return match self.kv.slot(&p.key).known() {
-                    KnownSlot::Stored(slot) => put_at(slot, self.leases, p),
-                    KnownSlot::Free(slot) => put_at(slot, self.leases, p),
-                };
-            }
+            Op::Put(p) => return put_in(self.kv.slot(&p.key), self.leases, p),
             Op::DeleteRange(d) => self.check_delete(d).map(|()| {
                 let mut w = self.kv.begin();
                 let resp = self.delete(&mut w, d);

@@ -76,7 +76,7 @@ impl Packed {
     /// `None` if `reply` does not fit.
     #[inline]
     fn pack(reply: &OpReply) -> Option<Packed> {
-        // A negative revision has its top bit set, so one shift rejects both ends.
+        // A negative revision has its top bit set, so one compare rejects both ends.
         let revision = reply.revision as u64;
         if revision >= PACKED_REVISION_LIMIT as u64 {
             return None;
