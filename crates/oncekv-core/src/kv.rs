@@ -224,7 +224,10 @@ impl KvStore {
         lease: Option<i64>,
     ) -> (Option<Value>, i64) {
         w.changed = true;
-        set(self.map.entry(key.clone()), w.revision, value, lease)
+        match self.map.entry(key.clone()) {
+            Entry::Occupied(entry) => entry.set(w.revision, value, lease),
+            Entry::Vacant(entry) => entry.set(w.revision, value, lease),
+        }
     }
 
     /// Finds where `key` is or would go, for a put of that one key decided later: the
@@ -394,19 +397,5 @@ impl PutEntry for VacantEntry<'_, Bytes, Value> {
             lease,
         });
         (None, lease)
-    }
-}
-
-/// A put at `entry`, at revision `rev` (see [`KvStore::put`]).
-#[inline]
-fn set(
-    entry: Entry<'_, Bytes, Value>,
-    rev: i64,
-    value: Option<&Bytes>,
-    lease: Option<i64>,
-) -> (Option<Value>, i64) {
-    match entry {
-        Entry::Occupied(entry) => entry.set(rev, value, lease),
-        Entry::Vacant(entry) => entry.set(rev, value, lease),
     }
 }

@@ -183,7 +183,8 @@ impl StateMachine {
     fn apply_tracked(&mut self, index: u64, t: &Tracked) -> Response {
         // A put's search of the store comes before the session check (see `Ready`): at
         // 1 M sessions this took the tracked overhead on a random client from +14.7 % to
-        // about +5 % of an untracked put (benches/session.rs). The prefetch's bucket index
+        // about +5 % of an untracked put (benches/session.rs, then on glibc's malloc with
+        // 4 KiB pages). The prefetch's bucket index
         // is kept for the check (`check_from`), which then does not hash the id again.
         let (hint, ready) = match &t.op {
             Op::Put(p) => (
