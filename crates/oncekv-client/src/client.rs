@@ -79,7 +79,7 @@ impl Client {
     pub fn connect_with<S: AsRef<str>>(
         endpoints: impl IntoIterator<Item = S>,
         config: ClientConfig,
-        connector: Option<oncekv_server::transport::Connector>,
+        connector: Option<oncekv_proto::net::Connector>,
     ) -> Result<Client, Error> {
         let urls: Vec<String> = endpoints
             .into_iter()

@@ -1,8 +1,8 @@
 //! Cluster membership and per-member status.
 
-use oncekv_server::pb::etcdserverpb::cluster_client::ClusterClient;
-use oncekv_server::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use oncekv_server::pb::etcdserverpb::{MemberListRequest, StatusRequest};
+use oncekv_proto::etcdserverpb::cluster_client::ClusterClient;
+use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use oncekv_proto::etcdserverpb::{MemberListRequest, StatusRequest};
 use tonic::Request;
 
 use crate::client::{Client, Kind};

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use tonic::{Code, Status};
 
-/// Metadata key on oncekv's own session errors (must match the server).
-use oncekv_server::etcd::ERROR_DETAIL_KEY;
+use oncekv_proto::{ErrorClass, ErrorDetail};
 
 /// Why a call failed. Three kinds, kept apart because they call for different handling:
 ///
@@ -65,6 +64,14 @@ pub enum Error {
     /// The session secret did not match. An answer.
     #[error("{0}")]
     PermissionDenied(String),
+    /// The request's sequence number already answered a *different* request. An answer
+    /// (it points at a client bug; the other request's reply is never revealed).
+    #[error("{0}")]
+    SeqReused(String),
+    /// The server hit a bug (an invariant broke). Never retried: sending the request
+    /// again would hide the bug and may meet it again.
+    #[error("oncekv server bug: {0}")]
+    Internal(String),
     /// The session is gone (a session-level call such as `close` met an expired session).
     /// Writes never return this: they re-register or report
     /// [`OutcomeUnknown`](Error::OutcomeUnknown).
@@ -102,8 +109,14 @@ impl Error {
                 | Error::Stale(_)
                 | Error::WindowExceeded(_)
                 | Error::PermissionDenied(_)
+                | Error::SeqReused(_)
                 | Error::SessionExpired(_)
         )
+    }
+
+    /// A server bug: report it, do not retry it.
+    pub fn is_bug(&self) -> bool {
+        matches!(self, Error::Internal(_))
     }
 
     /// The call may or may not have taken effect.
@@ -138,24 +151,40 @@ impl Failure {
 
 /// Sorts a gRPC status from `endpoint`.
 ///
-/// Retryable: `Unavailable` (no leader, not leader, connection trouble), `DeadlineExceeded`,
-/// `Cancelled`, `Aborted`, `Unknown`, `Internal` (the server also reports a timed-out
-/// forward to the leader this way) and any status tonic made from a local transport
-/// error. Everything else is an answer; `oncekv-error: session-expired` is singled out.
+/// oncekv's errors carry an [`ErrorDetail`] whose [`ErrorClass`] decides: retryable
+/// (not leader, no leader, timeout, peer unreachable, stopping), an answer, an expired
+/// session, or a server bug (never retried). A status without one (from etcd, or made by
+/// tonic from a local transport error) is sorted by its code: `Unavailable`,
+/// `DeadlineExceeded`, `Cancelled`, `Aborted`, `Unknown` and any local transport error are
+/// retryable; everything else is an answer.
 pub(crate) fn classify(status: &Status, endpoint: &str) -> Failure {
     let message = status.message().to_string();
-    if let Some(detail) = status
-        .metadata()
-        .get(ERROR_DETAIL_KEY)
-        .and_then(|v| v.to_str().ok())
-    {
-        match detail {
-            "session-expired" => return Failure::SessionExpired(message),
-            "stale" => return Failure::Answer(Error::Stale(message)),
-            "window-exceeded" => return Failure::Answer(Error::WindowExceeded(message)),
-            "permission-denied" => return Failure::Answer(Error::PermissionDenied(message)),
-            _ => {}
-        }
+    let retry = || Failure::Retry {
+        error: Error::Unavailable {
+            endpoint: endpoint.to_string(),
+            message: describe(status),
+        },
+        maybe_sent: !connection_refused(status),
+    };
+    if let Some(detail) = ErrorDetail::of(status) {
+        return match detail.class() {
+            ErrorClass::Retryable => retry(),
+            ErrorClass::SessionExpired => Failure::SessionExpired(message),
+            ErrorClass::Bug => Failure::Answer(Error::Internal(message)),
+            ErrorClass::Answer => Failure::Answer(match detail {
+                ErrorDetail::Stale => Error::Stale(message),
+                ErrorDetail::WindowExceeded => Error::WindowExceeded(message),
+                ErrorDetail::PermissionDenied => Error::PermissionDenied(message),
+                ErrorDetail::SeqReused => Error::SeqReused(message),
+                ErrorDetail::LeaseNotFound => Error::LeaseNotFound,
+                ErrorDetail::LeaseAlreadyExists => Error::LeaseAlreadyExists,
+                _ if status.code() == Code::InvalidArgument => Error::InvalidArgument(message),
+                _ => Error::Rejected {
+                    code: status.code(),
+                    message,
+                },
+            }),
+        };
     }
     let local_transport_error = status.source().is_some();
     match status.code() {
@@ -163,21 +192,8 @@ pub(crate) fn classify(status: &Status, endpoint: &str) -> Failure {
         | Code::DeadlineExceeded
         | Code::Cancelled
         | Code::Aborted
-        | Code::Unknown
-        | Code::Internal => Failure::Retry {
-            error: Error::Unavailable {
-                endpoint: endpoint.to_string(),
-                message: describe(status),
-            },
-            maybe_sent: !connection_refused(status),
-        },
-        _ if local_transport_error => Failure::Retry {
-            error: Error::Unavailable {
-                endpoint: endpoint.to_string(),
-                message: describe(status),
-            },
-            maybe_sent: !connection_refused(status),
-        },
+        | Code::Unknown => retry(),
+        _ if local_transport_error => retry(),
         Code::NotFound if message.contains("lease not found") => {
             Failure::Answer(Error::LeaseNotFound)
         }
@@ -186,6 +202,7 @@ pub(crate) fn classify(status: &Status, endpoint: &str) -> Failure {
         }
         Code::InvalidArgument => Failure::Answer(Error::InvalidArgument(message)),
         Code::PermissionDenied => Failure::Answer(Error::PermissionDenied(message)),
+        Code::Internal => Failure::Answer(Error::Internal(message)),
         code => Failure::Answer(Error::Rejected { code, message }),
     }
 }
@@ -226,12 +243,9 @@ fn connection_refused(status: &Status) -> bool {
 mod tests {
     use super::*;
 
-    fn with_detail(code: Code, detail: &'static str) -> Status {
+    fn with_detail(code: Code, detail: ErrorDetail) -> Status {
         let mut status = Status::new(code, "oncekv: something");
-        status.metadata_mut().insert(
-            ERROR_DETAIL_KEY,
-            tonic::metadata::MetadataValue::from_static(detail),
-        );
+        detail.attach(&mut status);
         status
     }
 
@@ -243,7 +257,20 @@ mod tests {
             (Status::unavailable("etcdserver: no leader"), "retry"),
             (Status::deadline_exceeded("deadline"), "retry"),
             (Status::cancelled("cancelled"), "retry"),
-            (Status::internal("etcdserver: request timed out"), "retry"),
+            (
+                with_detail(Code::Unavailable, ErrorDetail::Timeout),
+                "retry",
+            ),
+            (
+                with_detail(Code::Unavailable, ErrorDetail::NotLeader),
+                "retry",
+            ),
+            (with_detail(Code::Internal, ErrorDetail::Bug), "Internal"),
+            (Status::internal("etcdserver: some bug"), "Internal"),
+            (
+                with_detail(Code::FailedPrecondition, ErrorDetail::SeqReused),
+                "SeqReused",
+            ),
             (
                 Status::not_found("etcdserver: requested lease not found"),
                 "LeaseNotFound",
@@ -261,16 +288,19 @@ mod tests {
                 "Rejected",
             ),
             (
-                with_detail(Code::FailedPrecondition, "session-expired"),
+                with_detail(Code::FailedPrecondition, ErrorDetail::SessionExpired),
                 "SessionExpired",
             ),
-            (with_detail(Code::FailedPrecondition, "stale"), "Stale"),
             (
-                with_detail(Code::ResourceExhausted, "window-exceeded"),
+                with_detail(Code::FailedPrecondition, ErrorDetail::Stale),
+                "Stale",
+            ),
+            (
+                with_detail(Code::ResourceExhausted, ErrorDetail::WindowExceeded),
                 "WindowExceeded",
             ),
             (
-                with_detail(Code::PermissionDenied, "permission-denied"),
+                with_detail(Code::PermissionDenied, ErrorDetail::PermissionDenied),
                 "PermissionDenied",
             ),
         ];
@@ -285,6 +315,8 @@ mod tests {
                 Failure::Answer(Error::Stale(_)) => "Stale",
                 Failure::Answer(Error::WindowExceeded(_)) => "WindowExceeded",
                 Failure::Answer(Error::PermissionDenied(_)) => "PermissionDenied",
+                Failure::Answer(Error::SeqReused(_)) => "SeqReused",
+                Failure::Answer(Error::Internal(_)) => "Internal",
                 Failure::Answer(other) => panic!("unexpected {other:?}"),
             };
             assert_eq!(got, want, "{status:?}");
@@ -310,8 +342,8 @@ mod tests {
     // The same, through a real tonic channel: tonic must keep the io error in the chain.
     #[tokio::test]
     async fn a_refused_connection_through_tonic_is_known_unsent() {
-        use oncekv_server::pb::etcdserverpb::StatusRequest;
-        use oncekv_server::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+        use oncekv_proto::etcdserverpb::StatusRequest;
+        use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use oncekv_core::KeyValue;
-use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
+use oncekv_proto::etcdserverpb::kv_client::KvClient;
 
 use crate::client::{Client, Kind};
 use crate::error::Error;

@@ -1,7 +1,7 @@
 //! The lease calls: grant, revoke, one keep-alive round, time-to-live, list.
 
-use oncekv_server::pb::etcdserverpb::lease_client::LeaseClient;
-use oncekv_server::pb::etcdserverpb::{
+use oncekv_proto::etcdserverpb::lease_client::LeaseClient;
+use oncekv_proto::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseLeasesRequest, LeaseRevokeRequest,
     LeaseTimeToLiveRequest,
 };

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use oncekv_core::prefix_end;
-use oncekv_server::pb::etcdserverpb as pb;
+use oncekv_proto::etcdserverpb as pb;
 
 pub use oncekv_core::{SortOrder, SortTarget};
 

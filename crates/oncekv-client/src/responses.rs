@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use oncekv_core::KeyValue;
-use oncekv_server::pb::{etcdserverpb as pb, mvccpb};
+use oncekv_proto::{etcdserverpb as pb, mvccpb};
 
 /// Which member answered, and the store revision and raft term at the time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -72,8 +72,8 @@ fn backoff(base: Duration, cap: Duration, retry: u32) -> Duration {
 fn jittered(d: Duration) -> Duration {
     let half = d / 2;
     let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-    // The thread's RNG, or the simulation's seeded one (see `oncekv_server::runtime`).
-    half + Duration::from_nanos(oncekv_server::runtime::RaftRng.gen_range(0..=nanos))
+    // The thread's RNG, or the simulation's seeded one (see `oncekv_proto::rng`).
+    half + Duration::from_nanos(oncekv_proto::rng::SeededRng.gen_range(0..=nanos))
 }
 
 #[cfg(test)]

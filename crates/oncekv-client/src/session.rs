@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use oncekv_core::{RequestTracker, Secret};
-use oncekv_server::pb::oncekv::session_client::SessionClient;
-use oncekv_server::pb::oncekv::{RegisterRequest, SessionCloseRequest, SessionKeepAliveRequest};
+use oncekv_proto::metadata;
+use oncekv_proto::oncekv::session_client::SessionClient;
+use oncekv_proto::oncekv::{RegisterRequest, SessionCloseRequest, SessionKeepAliveRequest};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tonic::Request;
@@ -24,9 +25,6 @@ use crate::config::ClientConfig;
 use crate::error::{Error, Failure, classify};
 use crate::retry::Budget;
 use crate::transport::Transport;
-
-// The request metadata of a tracked request (must match the server).
-pub(crate) use oncekv_server::etcd::{CLIENT_ID_KEY, FIRST_INCOMPLETE_KEY, SECRET_KEY, SEQ_KEY};
 
 #[derive(Debug)]
 struct Seqs {
@@ -52,10 +50,7 @@ pub(crate) struct Session {
 
 impl Session {
     fn new(client_id: u64, secret: Secret, window: u64) -> Result<Session, Error> {
-        let secret_hex = MetadataValue::try_from(secret.to_hex()).map_err(|e| Error::Rejected {
-            code: tonic::Code::Internal,
-            message: format!("oncekv client: session secret is not valid metadata: {e}"),
-        })?;
+        let secret_hex = metadata::secret_value(&secret);
         Ok(Session {
             client_id,
             secret,
@@ -106,10 +101,7 @@ impl Session {
     pub(crate) fn attach<T>(&self, request: &mut Request<T>, seq: u64) {
         let first_incomplete = self.seqs().tracker.first_incomplete();
         let md = request.metadata_mut();
-        md.insert(CLIENT_ID_KEY, MetadataValue::from(self.client_id));
-        md.insert(SECRET_KEY, self.secret_hex.clone());
-        md.insert(SEQ_KEY, MetadataValue::from(seq));
-        md.insert(FIRST_INCOMPLETE_KEY, MetadataValue::from(first_incomplete));
+        metadata::attach(md, self.client_id, &self.secret_hex, seq, first_incomplete);
     }
 
     /// The session is gone on the server: the next call must register a new one.
@@ -305,7 +297,7 @@ async fn keep_alive(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use oncekv_server::etcd::SessionMeta;
+    use oncekv_proto::SessionMeta;
 
     // The keys are a wire contract with the server: parse what the client attaches with
     // the server's own parser.

@@ -10,9 +10,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use oncekv_server::pb::etcdserverpb::StatusRequest;
-use oncekv_server::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use oncekv_server::transport::Connector;
+use oncekv_proto::etcdserverpb::StatusRequest;
+use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use oncekv_proto::net::Connector;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};

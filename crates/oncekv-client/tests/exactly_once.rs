@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{LEADER_WAIT, TestCluster};
 use oncekv_client::{Client, ClientConfig};
-use oncekv_server::fault_proxy::FaultProxy;
+use oncekv_testkit::fault_proxy::FaultProxy;
 
 async fn proxies(cluster: &TestCluster, drop: f64, seed: u64) -> Vec<FaultProxy> {
     let mut out = Vec::new();

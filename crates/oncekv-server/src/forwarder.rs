@@ -203,7 +203,9 @@ pub(crate) async fn forward_rpc(
         .map(|m| m.peer_url.as_str())
         .ok_or(ProposeError::NoLeader)?;
     let payload = postcard::to_allocvec(req).map_err(|e| ProposeError::Internal(e.to_string()))?;
-    let mut client = peers.raft_client(url).map_err(ProposeError::Internal)?;
+    let mut client = peers
+        .raft_client(url)
+        .map_err(ProposeError::PeerUnreachable)?;
     let payload = bytes::Bytes::from(payload);
     // Simulation only: the network may deliver this message a second time, later.
     if let Some(delay) = peers.duplicate(MessageKind::Forward) {

@@ -11,9 +11,7 @@
 
 pub mod disk;
 pub mod etcd;
-pub mod fault_proxy;
 pub mod forwarder;
-pub mod local_cluster;
 pub mod log_store;
 pub mod network;
 pub mod node;

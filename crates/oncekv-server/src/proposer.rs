@@ -34,6 +34,9 @@ pub enum ProposeError {
     Timeout,
     #[error("etcdserver: server stopped")]
     Stopped,
+    /// The leader's peer address could not be dialed.
+    #[error("oncekv: cannot reach the leader: {0}")]
+    PeerUnreachable(String),
     #[error("etcdserver: {0}")]
     Internal(String),
 }

@@ -7,58 +7,11 @@
 //! the calling thread (a turmoil simulation runs every host on one thread); without it,
 //! the generator is `rand::thread_rng()`, exactly as with openraft's `TokioRuntime`.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::time::Duration;
 
+pub use oncekv_proto::rng::{SeededRng as RaftRng, seed_thread_rng, unseed_thread_rng};
 use openraft::{AsyncRuntime, OptionalSend, TokioInstant, TokioRuntime};
-use rand::rngs::StdRng;
-use rand::{RngCore, SeedableRng};
-
-thread_local! {
-    static SEEDED: RefCell<Option<StdRng>> = const { RefCell::new(None) };
-}
-
-/// Makes raft's randomness on this thread a pure function of `seed` (simulation only).
-pub fn seed_thread_rng(seed: u64) {
-    SEEDED.with(|r| *r.borrow_mut() = Some(StdRng::seed_from_u64(seed)));
-}
-
-/// Returns this thread to OS-seeded randomness.
-pub fn unseed_thread_rng() {
-    SEEDED.with(|r| *r.borrow_mut() = None);
-}
-
-/// Raft's random number generator: the thread's seeded generator if there is one.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RaftRng;
-
-impl RaftRng {
-    fn with<T>(f: impl FnOnce(&mut dyn RngCore) -> T) -> T {
-        SEEDED.with(|r| match r.borrow_mut().as_mut() {
-            Some(rng) => f(rng),
-            None => f(&mut rand::thread_rng()),
-        })
-    }
-}
-
-impl RngCore for RaftRng {
-    fn next_u32(&mut self) -> u32 {
-        Self::with(|r| r.next_u32())
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        Self::with(|r| r.next_u64())
-    }
-
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        Self::with(|r| r.fill_bytes(dest))
-    }
-
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
-        Self::with(|r| r.try_fill_bytes(dest))
-    }
-}
 
 /// tokio, as openraft's `TokioRuntime`, but with [`RaftRng`].
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{TestCluster, get, put};
-use oncekv_server::fault_proxy::{Delay, FaultProxy};
 use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
+use oncekv_testkit::fault_proxy::{Delay, FaultProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
-use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
-use oncekv_server::pb::etcdserverpb::maintenance_client::MaintenanceClient;
-use oncekv_server::pb::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
+use oncekv_proto::etcdserverpb::kv_client::KvClient;
+use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use oncekv_proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::transport::{Channel, Endpoint};

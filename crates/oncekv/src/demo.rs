@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use oncekv_client::{Client, ClientConfig, Error};
-use oncekv_server::fault_proxy::FaultProxy;
-use oncekv_server::local_cluster::LocalCluster;
+use oncekv_testkit::fault_proxy::FaultProxy;
+use oncekv_testkit::local_cluster::LocalCluster;
 use tokio::sync::{Mutex, watch};
 
 #[derive(Debug, Args)]

@@ -5,11 +5,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use oncekv_server::fault_proxy::FaultProxy;
+use oncekv_testkit::fault_proxy::FaultProxy;
 
 pub const LEADER_WAIT: Duration = Duration::from_secs(10);
 
-pub use oncekv_server::local_cluster::TempCluster as TestCluster;
+pub use oncekv_testkit::local_cluster::TempCluster as TestCluster;
 
 /// The project's fault proxy in front of one member, as the tests use it: requests pass,
 /// replies can be swallowed (the request still runs on the server).

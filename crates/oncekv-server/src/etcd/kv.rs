@@ -7,10 +7,10 @@ use tonic::{Request, Response, Status};
 
 use super::ApiError;
 use super::convert;
-use super::session::SessionMeta;
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::kv_server::Kv;
+use oncekv_proto::SessionMeta;
 
 #[derive(Debug, Clone)]
 pub struct KvService {
@@ -41,7 +41,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
-        let meta = SessionMeta::from_metadata(request.metadata())?;
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let reply = self
@@ -61,7 +61,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
-        let meta = SessionMeta::from_metadata(request.metadata())?;
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let reply = self
@@ -81,7 +81,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::TxnRequest>,
     ) -> Result<Response<pb::TxnResponse>, Status> {
-        let meta = SessionMeta::from_metadata(request.metadata())?;
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let txn = convert::txn_request(r)?;

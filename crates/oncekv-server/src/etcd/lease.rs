@@ -9,10 +9,10 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::ApiError;
-use super::session::SessionMeta;
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::lease_server::Lease;
+use oncekv_proto::SessionMeta;
 
 #[derive(Debug, Clone)]
 pub struct LeaseService {
@@ -25,7 +25,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
-        let meta = SessionMeta::from_metadata(request.metadata())?;
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let r = request.into_inner();
         let reply = self
             .node
@@ -52,7 +52,7 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        let meta = SessionMeta::from_metadata(request.metadata())?;
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let r = request.into_inner();
         let reply = self
             .node
@@ -72,7 +72,7 @@ impl Lease for LeaseService {
         // A stream has one set of metadata: with a session, its seq numbers the stream's
         // first keep-alive (the oncekv client opens a stream per keep-alive); later ones
         // on the same stream are untracked, as etcd's are.
-        let mut meta = SessionMeta::from_metadata(request.metadata())?;
+        let mut meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let incoming = request.into_inner();
         // One response per request, in order. A lease that is gone answers TTL 0, as etcd
         // does, rather than ending the stream.

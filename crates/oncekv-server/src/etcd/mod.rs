@@ -12,11 +12,12 @@ mod session;
 pub use cluster::{ClusterService, MaintenanceService};
 pub use kv::KvService;
 pub use lease::LeaseService;
-pub use session::{
-    CLIENT_ID_KEY, FIRST_INCOMPLETE_KEY, SECRET_KEY, SEQ_KEY, SessionMeta, SessionService,
-};
+pub use oncekv_proto::SessionMeta;
+pub use session::SessionService;
 
 use oncekv_core::{Command, Op, OpError, OpReply, Response, SessionError, Tracked};
+use oncekv_proto::ErrorDetail;
+use oncekv_proto::metadata::MetadataError;
 
 use tonic::{Code, Status};
 
@@ -26,9 +27,6 @@ use crate::node::NodeCore;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::proposer::ProposeError;
 use crate::transport::MessageKind;
-
-/// Metadata key carrying a machine-readable reason on oncekv's own errors.
-pub const ERROR_DETAIL_KEY: &str = "oncekv-error";
 
 /// Why a request failed, before it becomes a gRPC status.
 #[derive(Debug, thiserror::Error)]
@@ -51,51 +49,62 @@ impl From<ApiError> for Status {
     fn from(e: ApiError) -> Status {
         let msg = e.to_string();
         let (code, detail) = match &e {
-            ApiError::Op(op) => (op_code(op), Some(op_detail(op))),
+            ApiError::Op(op) => (op_code(op), op_detail(op)),
             ApiError::Session(s) => match s {
                 SessionError::SessionExpired { .. } => {
-                    (Code::FailedPrecondition, Some("session-expired"))
+                    (Code::FailedPrecondition, ErrorDetail::SessionExpired)
                 }
                 SessionError::PermissionDenied { .. } => {
-                    (Code::PermissionDenied, Some("permission-denied"))
+                    (Code::PermissionDenied, ErrorDetail::PermissionDenied)
                 }
-                SessionError::Stale { .. } => (Code::FailedPrecondition, Some("stale")),
+                SessionError::Stale { .. } => (Code::FailedPrecondition, ErrorDetail::Stale),
                 SessionError::WindowExceeded { .. } => {
-                    (Code::ResourceExhausted, Some("window-exceeded"))
+                    (Code::ResourceExhausted, ErrorDetail::WindowExceeded)
                 }
             },
             ApiError::Propose(p) => match p {
-                ProposeError::Internal(_) => (Code::Internal, None),
-                _ => (Code::Unavailable, None),
+                ProposeError::NotLeader { .. } => (Code::Unavailable, ErrorDetail::NotLeader),
+                ProposeError::NoLeader => (Code::Unavailable, ErrorDetail::NoLeader),
+                // etcd sends its "request timed out" as Unavailable too.
+                ProposeError::Timeout => (Code::Unavailable, ErrorDetail::Timeout),
+                ProposeError::PeerUnreachable(_) => {
+                    (Code::Unavailable, ErrorDetail::PeerUnreachable)
+                }
+                ProposeError::Stopped => (Code::Unavailable, ErrorDetail::Stopping),
+                ProposeError::Internal(_) => (Code::Internal, ErrorDetail::Bug),
             },
-            ApiError::TooLarge | ApiError::InvalidArgument(_) => (Code::InvalidArgument, None),
-            ApiError::Internal(_) => (Code::Internal, None),
+            ApiError::TooLarge | ApiError::InvalidArgument(_) => {
+                (Code::InvalidArgument, ErrorDetail::InvalidArgument)
+            }
+            ApiError::Internal(_) => (Code::Internal, ErrorDetail::Bug),
         };
         let mut status = Status::new(code, msg);
-        if let Some(detail) = detail
-            && let Ok(v) = detail.parse()
-        {
-            status.metadata_mut().insert(ERROR_DETAIL_KEY, v);
-        }
+        detail.attach(&mut status);
         status
     }
 }
 
-/// The machine-readable `oncekv-error` value of a store refusal (etcd clients match on
-/// the message; oncekv's client may use this instead).
-fn op_detail(e: &OpError) -> &'static str {
+impl From<MetadataError> for ApiError {
+    fn from(e: MetadataError) -> ApiError {
+        ApiError::InvalidArgument(e.to_string())
+    }
+}
+
+/// The machine-readable detail of a store refusal (etcd clients match on the message;
+/// oncekv's client reads this instead).
+fn op_detail(e: &OpError) -> ErrorDetail {
     match e {
-        OpError::LeaseNotFound => "lease-not-found",
-        OpError::LeaseAlreadyExists => "lease-already-exists",
-        OpError::LeaseTtlTooLarge => "lease-ttl-too-large",
-        OpError::KeyNotFound => "key-not-found",
-        OpError::LeaseProvided => "lease-provided",
-        OpError::ValueProvided => "value-provided",
-        OpError::Compacted => "compacted",
-        OpError::FutureRevision => "future-revision",
-        OpError::DuplicateKey => "duplicate-key",
-        OpError::TooManyOps => "too-many-ops",
-        OpError::EmptyKey => "empty-key",
+        OpError::LeaseNotFound => ErrorDetail::LeaseNotFound,
+        OpError::LeaseAlreadyExists => ErrorDetail::LeaseAlreadyExists,
+        OpError::LeaseTtlTooLarge => ErrorDetail::LeaseTtlTooLarge,
+        OpError::KeyNotFound => ErrorDetail::KeyNotFound,
+        OpError::LeaseProvided => ErrorDetail::LeaseProvided,
+        OpError::ValueProvided => ErrorDetail::ValueProvided,
+        OpError::Compacted => ErrorDetail::Compacted,
+        OpError::FutureRevision => ErrorDetail::FutureRevision,
+        OpError::DuplicateKey => ErrorDetail::DuplicateKey,
+        OpError::TooManyOps => ErrorDetail::TooManyOps,
+        OpError::EmptyKey => ErrorDetail::EmptyKey,
     }
 }
 

@@ -1,70 +1,15 @@
-//! oncekv's Session service and the request metadata that makes a write exactly-once.
+//! oncekv's Session service: register, keep alive and close a client session.
 
 use std::sync::Arc;
 
 use oncekv_core::{Command, Response as CoreResponse, Secret};
 use rand::RngCore;
-use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use super::ApiError;
 use crate::node::NodeCore;
 use crate::pb::oncekv as pb;
 use crate::pb::oncekv::session_server::Session;
-
-pub const CLIENT_ID_KEY: &str = "oncekv-client-id";
-pub const SECRET_KEY: &str = "oncekv-session-secret";
-pub const SEQ_KEY: &str = "oncekv-seq";
-pub const FIRST_INCOMPLETE_KEY: &str = "oncekv-first-incomplete";
-
-/// The session fields of a tracked request, from its gRPC metadata.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionMeta {
-    pub client_id: u64,
-    pub secret: Secret,
-    pub seq: u64,
-    pub first_incomplete: u64,
-}
-
-impl SessionMeta {
-    /// `None` when the request carries no session (an etcd client); an error when the
-    /// session metadata is partial or malformed (never silently untracked).
-    pub fn from_metadata(md: &MetadataMap) -> Result<Option<SessionMeta>, ApiError> {
-        let keys = [CLIENT_ID_KEY, SECRET_KEY, SEQ_KEY, FIRST_INCOMPLETE_KEY];
-        let present = keys.iter().filter(|k| md.contains_key(**k)).count();
-        if present == 0 {
-            return Ok(None);
-        }
-        let get = |key: &str| -> Result<&str, ApiError> {
-            md.get(key)
-                .ok_or_else(|| {
-                    ApiError::InvalidArgument(format!("oncekv: session metadata is missing {key}"))
-                })?
-                .to_str()
-                .map_err(|_| ApiError::InvalidArgument(format!("oncekv: {key} is not ASCII")))
-        };
-        let number = |key: &str| -> Result<u64, ApiError> {
-            get(key)?
-                .parse()
-                .map_err(|_| ApiError::InvalidArgument(format!("oncekv: {key} is not a number")))
-        };
-        let secret = Secret::from_hex(get(SECRET_KEY)?).ok_or_else(|| {
-            ApiError::InvalidArgument(format!("oncekv: {SECRET_KEY} must be 32 hex digits"))
-        })?;
-        let meta = SessionMeta {
-            client_id: number(CLIENT_ID_KEY)?,
-            secret,
-            seq: number(SEQ_KEY)?,
-            first_incomplete: number(FIRST_INCOMPLETE_KEY)?,
-        };
-        if meta.seq == 0 || meta.first_incomplete == 0 {
-            return Err(ApiError::InvalidArgument(
-                "oncekv: seq and first-incomplete start at 1".into(),
-            ));
-        }
-        Ok(Some(meta))
-    }
-}
 
 fn secret_from_bytes(bytes: &[u8]) -> Result<Secret, ApiError> {
     let arr: [u8; 16] = bytes

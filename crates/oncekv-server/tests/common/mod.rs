@@ -8,7 +8,7 @@ use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
 use oncekv_server::pb::etcdserverpb::{PutRequest, RangeRequest};
 use tonic::transport::Channel;
 
-pub use oncekv_server::local_cluster::TempCluster as TestCluster;
+pub use oncekv_testkit::local_cluster::TempCluster as TestCluster;
 
 pub async fn put(kv: &mut KvClient<Channel>, key: &str, value: &str) -> Result<i64, tonic::Status> {
     let resp = kv

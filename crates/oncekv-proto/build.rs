@@ -1,5 +1,5 @@
 //! Compiles the gRPC protos (etcd v3 API subset + oncekv's own services) with
-//! tonic-prost-build. `protoc` comes from `protoc-bin-vendored`, so no system protoc is
+//! tonic-prost-build: client stubs always, server stubs with the `server` feature. `protoc` comes from `protoc-bin-vendored`, so no system protoc is
 //! needed; `PROTOC` overrides it (e.g. on a platform the vendored crate does not cover).
 
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ fn main() -> std::io::Result<()> {
     config.protoc_executable(protoc());
 
     tonic_prost_build::configure()
-        .build_server(true)
+        .build_server(std::env::var_os("CARGO_FEATURE_SERVER").is_some())
         .build_client(true)
         // Unserved RPCs (MemberAdd, Alarm, Snapshot, ...) answer Unimplemented by default;
         // with default stubs, streaming methods return `BoxStream<T>`.

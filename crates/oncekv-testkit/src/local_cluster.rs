@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
-use crate::node::{Node, NodeConfig, StartError};
-use crate::types::Member;
+use oncekv_server::node::{Node, NodeConfig, StartError};
+use oncekv_server::types::Member;
 
 /// Members named `n1..nN`, each with its own data directory under one root.
 #[derive(Debug)]
@@ -287,8 +287,8 @@ impl TempCluster {
     pub async fn kv(
         &self,
         i: usize,
-    ) -> crate::pb::etcdserverpb::kv_client::KvClient<tonic::transport::Channel> {
-        crate::pb::etcdserverpb::kv_client::KvClient::connect(self.endpoint(i))
+    ) -> oncekv_proto::etcdserverpb::kv_client::KvClient<tonic::transport::Channel> {
+        oncekv_proto::etcdserverpb::kv_client::KvClient::connect(self.endpoint(i))
             .await
             .expect("connects to the member")
     }

@@ -1,0 +1,56 @@
+//! oncekv's wire, shared by client and server so that neither depends on the other.
+//!
+//! - [`etcdserverpb`] and [`mvccpb`]: the etcd v3 API oncekv serves, wire-compatible with
+//!   etcd v3.4; [`oncekv`]: oncekv's own `Session` service and the `Raft` peer service.
+//!   Client stubs always; server stubs with the `server` feature. All `bytes` fields are
+//!   [`bytes::Bytes`]. Server traits have default methods that answer `Unimplemented`,
+//!   so a server overrides only what it serves.
+//! - [`metadata`]: the four request metadata keys that make a write exactly-once.
+//! - [`detail`]: the machine-readable error details and the class of each (retry, answer,
+//!   bug).
+//! - [`net`] and [`rng`]: the connection seam and the random number generator, which a
+//!   deterministic simulation replaces for client and server alike.
+//!
+//! etcd's field names are kept, so prost's snake-casing gives names such as `ttl`, `id`,
+//! `granted_ttl`, `peer_ur_ls`, `client_ur_ls`, `db_size`, `member_id`.
+
+pub mod detail;
+pub mod metadata;
+pub mod net;
+pub mod rng;
+
+pub use detail::{ERROR_DETAIL_KEY, ErrorClass, ErrorDetail};
+pub use metadata::SessionMeta;
+
+/// etcd v3 key-value types (`mvccpb` package).
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod mvccpb {
+    tonic::include_proto!("mvccpb");
+}
+
+/// etcd v3 gRPC services and messages (`etcdserverpb` package).
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod etcdserverpb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+/// oncekv's own gRPC services: client sessions and raft peer traffic.
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod oncekv {
+    tonic::include_proto!("oncekv");
+}

@@ -1,0 +1,134 @@
+//! The connection seam client and server share: what a connection runs on, and how a
+//! channel dials one.
+//!
+//! Production uses tokio's TCP. A deterministic simulation passes streams of simulated
+//! connections to the server and a [`Connector`] that dials simulated hosts to its
+//! channels; everything above the byte stream (HTTP/2, gRPC, raft) is the same code.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use futures::future::BoxFuture;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tonic::transport::server::Connected;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// A byte stream a connection can run on.
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// One connection of any [`Io`] type.
+pub struct Conn(pub Box<dyn Io>);
+
+impl Conn {
+    pub fn new(io: impl Io) -> Conn {
+        Conn(Box::new(io))
+    }
+}
+
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Conn")
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.0).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+/// Accepted connections for one of a node's servers.
+pub type Incoming = Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>;
+
+type Dial = dyn Fn(Uri) -> BoxFuture<'static, io::Result<Conn>> + Send + Sync;
+
+/// Opens a connection to a URL's host and port.
+#[derive(Clone)]
+pub struct Connector(Arc<Dial>);
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Connector")
+    }
+}
+
+impl Connector {
+    pub fn new<F, Fut>(dial: F) -> Connector
+    where
+        F: Fn(Uri) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = io::Result<Conn>> + Send + 'static,
+    {
+        Connector(Arc::new(move |uri| Box::pin(dial(uri))))
+    }
+
+    /// A lazily connecting channel to `endpoint` that dials through this connector.
+    /// Must be called inside a tokio runtime.
+    pub fn channel(&self, endpoint: &Endpoint) -> Channel {
+        endpoint.connect_with_connector_lazy(DialService(self.0.clone()))
+    }
+}
+
+/// [`Connector`] as the `tower::Service<Uri>` tonic wants.
+struct DialService(Arc<Dial>);
+
+impl tonic::codegen::Service<Uri> for DialService {
+    type Response = TokioIo<Conn>;
+    type Error = io::Error;
+    type Future = BoxFuture<'static, io::Result<TokioIo<Conn>>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let dial = (self.0)(uri);
+        Box::pin(async move { dial.await.map(TokioIo::new) })
+    }
+}
