@@ -8,7 +8,7 @@ use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use crate::config::ClientConfig;
-use crate::error::{Error, Failure, classify};
+use crate::error::{Error, Failure, classify, timed_out};
 use crate::retry::Budget;
 use crate::session::{self, InFlight, Session};
 use crate::transport::Transport;
@@ -124,7 +124,7 @@ impl Client {
         let session = self.slot().take();
         match session {
             Some(s) if !s.is_expired() => {
-                s.close(&self.inner.transport, self.inner.config.request_timeout)
+                s.close(&self.inner.transport, self.inner.config.attempt_timeout)
                     .await
             }
             _ => Ok(()),
@@ -207,13 +207,21 @@ impl Client {
             if let Some(t) = &tracked {
                 t.session.attach(&mut request, t.seq);
             }
-            let failure =
-                match tokio::time::timeout(timeout, send(transport.channel(i), request)).await {
-                    // Dropping `tracked` completes the seq.
-                    Ok(Ok(resp)) => return Ok(resp),
-                    Ok(Err(status)) => classify(&status, transport.url(i)),
-                    Err(_) => Failure::timeout(transport.url(i), timeout),
-                };
+            let (generation, channel) = transport.channel_with_generation(i);
+            let failure = match tokio::time::timeout(timeout, send(channel, request)).await {
+                // Dropping `tracked` completes the seq.
+                Ok(Ok(resp)) => return Ok(resp),
+                Ok(Err(status)) => {
+                    if timed_out(&status) {
+                        transport.reconnect(i, generation);
+                    }
+                    classify(&status, transport.url(i))
+                }
+                Err(_) => {
+                    transport.reconnect(i, generation);
+                    Failure::timeout(transport.url(i), timeout)
+                }
+            };
             match failure {
                 Failure::Answer(e) => return Err(e),
                 Failure::SessionExpired(message) => {

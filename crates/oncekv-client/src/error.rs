@@ -224,6 +224,19 @@ fn describe(status: &Status) -> String {
     }
 }
 
+/// Whether the attempt ended because its deadline passed (tonic's own timeout, which fires
+/// just before the caller's): the connection it used may be hung.
+pub(crate) fn timed_out(status: &Status) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = status.source();
+    while let Some(e) = cause {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    status.code() == Code::DeadlineExceeded
+}
+
 /// Whether the status comes from a refused TCP connection: the request never left.
 fn connection_refused(status: &Status) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = status.source();

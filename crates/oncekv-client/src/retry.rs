@@ -16,6 +16,7 @@ pub(crate) struct Budget {
     attempts: u32,
     max_attempts: u32,
     max_time: Duration,
+    attempt_timeout: Duration,
     request_timeout: Duration,
     base: Duration,
     cap: Duration,
@@ -28,18 +29,21 @@ impl Budget {
             attempts: 0,
             max_attempts: config.max_attempts.max(1),
             max_time: config.max_retry_time,
+            attempt_timeout: config.attempt_timeout.min(config.request_timeout),
             request_timeout: config.request_timeout,
             base: config.backoff_base,
             cap: config.backoff_cap.max(config.backoff_base),
         }
     }
 
-    /// Starts an attempt; returns how long it may take (the request timeout, cut short by
-    /// the budget's deadline).
+    /// Starts an attempt; returns how long it may take: the attempt timeout, doubled for
+    /// each attempt before it, capped by the request timeout and cut short by the
+    /// budget's deadline.
     pub(crate) fn start_attempt(&mut self) -> Duration {
         self.attempts += 1;
         let left = self.max_time.saturating_sub(self.started.elapsed());
-        self.request_timeout.min(left).max(Duration::from_millis(1))
+        let grown = backoff(self.attempt_timeout, self.request_timeout, self.attempts);
+        grown.min(left).max(Duration::from_millis(1))
     }
 
     /// Attempts started so far.
@@ -117,6 +121,21 @@ mod tests {
         budget.start_attempt();
         assert_eq!(budget.next_delay(), None);
         assert_eq!(budget.attempts(), 3);
+    }
+
+    // A hung reply must cost one short attempt, while a slow server still gets, attempt by
+    // attempt, up to the whole request timeout.
+    #[test]
+    fn attempts_start_short_and_double_up_to_the_request_timeout() {
+        let config = ClientConfig {
+            attempt_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(5),
+            max_retry_time: Duration::from_secs(60),
+            ..ClientConfig::default()
+        };
+        let mut budget = Budget::new(&config);
+        let got: Vec<u64> = (0..5).map(|_| budget.start_attempt().as_secs()).collect();
+        assert_eq!(got, vec![1, 2, 4, 5, 5]);
     }
 
     #[test]

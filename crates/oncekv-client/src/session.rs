@@ -22,7 +22,7 @@ use tonic::Request;
 use tonic::metadata::{Ascii, MetadataValue};
 
 use crate::config::ClientConfig;
-use crate::error::{Error, Failure, classify};
+use crate::error::{Error, Failure, classify, timed_out};
 use crate::retry::Budget;
 use crate::transport::Transport;
 
@@ -182,7 +182,8 @@ pub(crate) async fn register(
         let timeout = budget.start_attempt();
         let mut request = Request::new(RegisterRequest {});
         request.set_timeout(timeout);
-        let mut client = SessionClient::new(transport.channel(i));
+        let (generation, channel) = transport.channel_with_generation(i);
+        let mut client = SessionClient::new(channel);
         let call = client.register(request);
         let error = match tokio::time::timeout(timeout, call).await {
             Ok(Ok(resp)) => {
@@ -217,14 +218,22 @@ pub(crate) async fn register(
                 return Ok(session);
             }
             Ok(Err(status)) => match classify(&status, &url) {
-                Failure::Retry { error, .. } => error,
+                Failure::Retry { error, .. } => {
+                    if timed_out(&status) {
+                        transport.reconnect(i, generation);
+                    }
+                    error
+                }
                 Failure::SessionExpired(message) => return Err(Error::SessionExpired(message)),
                 Failure::Answer(e) => return Err(e),
             },
-            Err(_) => Error::Timeout {
-                endpoint: url,
-                after: timeout,
-            },
+            Err(_) => {
+                transport.reconnect(i, generation);
+                Error::Timeout {
+                    endpoint: url,
+                    after: timeout,
+                }
+            }
         };
         transport.failed(i);
         let Some(delay) = budget.next_delay() else {
@@ -260,12 +269,16 @@ async fn keep_alive(
             secret: secret.clone(),
         });
         request.set_timeout(timeout);
-        let mut client = SessionClient::new(transport.channel(i));
+        let (generation, channel) = transport.channel_with_generation(i);
+        let mut client = SessionClient::new(channel);
         let call = client.keep_alive(request);
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(_)) => delay = period,
             Ok(Err(status)) => match classify(&status, transport.url(i)) {
                 Failure::Retry { error, .. } => {
+                    if timed_out(&status) {
+                        transport.reconnect(i, generation);
+                    }
                     tracing::debug!(
                         client_id,
                         "oncekv client: session keep-alive failed: {error}"
@@ -286,6 +299,7 @@ async fn keep_alive(
                 }
             },
             Err(_) => {
+                transport.reconnect(i, generation);
                 transport.failed(i);
                 delay = period / 4;
             }

@@ -6,8 +6,8 @@
 //! leader becomes current. Followers forward writes, so talking to a follower is correct,
 //! just one hop slower.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use oncekv_proto::etcdserverpb::StatusRequest;
@@ -29,7 +29,9 @@ const REDISCOVER_AFTER: Duration = Duration::from_millis(50);
 struct Target {
     url: String,
     endpoint: Endpoint,
-    channel: OnceLock<Channel>,
+    /// The channel (created on first use) and its generation: a call that timed out
+    /// replaces the generation it used, so concurrent timeouts replace it once.
+    channel: Mutex<Option<(u64, Channel)>>,
 }
 
 /// The members a client talks to.
@@ -70,16 +72,16 @@ pub(crate) fn endpoint(url: &str, config: &ClientConfig) -> Result<Endpoint, Err
             reason: "no host".into(),
         });
     }
-    // HTTP/2 pings notice a connection that went silent (a dead member, a dropped path)
-    // instead of waiting on it until each request's own timeout. They go out while idle
-    // too: a connection whose writes are stuck (the peer stopped acknowledging) opens no
-    // stream, so to hyper it looks idle, and without idle pings it would never be declared
-    // dead and replaced (the server's peer channels had this bug: simulation seed 135).
+    // HTTP/2 pings notice a connection that went silent (a dead member, a dropped path, a
+    // reply that never comes) instead of waiting on it until each request's own timeout.
+    // They go out while idle too: a connection whose writes are stuck (the peer stopped
+    // acknowledging) opens no stream, so to hyper it looks idle, and without idle pings
+    // it would never be declared dead and replaced.
     Ok(endpoint
         .connect_timeout(config.connect_timeout)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(std::time::Duration::from_secs(5))
-        .keep_alive_timeout(std::time::Duration::from_secs(5))
+        .http2_keep_alive_interval(config.keep_alive_interval)
+        .keep_alive_timeout(config.keep_alive_interval)
         .keep_alive_while_idle(true))
 }
 
@@ -98,7 +100,7 @@ impl Transport {
                 Ok(Target {
                     url: normalize(u.as_ref()),
                     endpoint: endpoint(u.as_ref(), config)?,
-                    channel: OnceLock::new(),
+                    channel: Mutex::new(None),
                 })
             })
             .collect::<Result<Vec<_>, Error>>()?;
@@ -127,14 +129,41 @@ impl Transport {
 
     /// The (lazily created) channel to endpoint `i`. Must be called inside a tokio runtime.
     pub(crate) fn channel(&self, i: usize) -> Channel {
+        self.channel_with_generation(i).1
+    }
+
+    /// [`channel`](Self::channel) with its generation, for [`reconnect`](Self::reconnect).
+    pub(crate) fn channel_with_generation(&self, i: usize) -> (u64, Channel) {
         let target = &self.targets[i];
-        target
+        let mut slot = target
             .channel
-            .get_or_init(|| match &self.connector {
-                Some(c) => c.channel(&target.endpoint),
-                None => target.endpoint.connect_lazy(),
-            })
-            .clone()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        slot.get_or_insert_with(|| (0, self.open(target))).clone()
+    }
+
+    /// A call on generation `generation` of endpoint `i`'s channel got no answer in time:
+    /// its connection may be hung (the peer holds it open and silent), so later calls get
+    /// a new connection rather than wait for keep-alive to declare this one dead. Calls
+    /// still running on the old one finish or time out on their own.
+    pub(crate) fn reconnect(&self, i: usize, generation: u64) {
+        let target = &self.targets[i];
+        let mut slot = target
+            .channel
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((current, _)) = slot.as_ref()
+            && *current == generation
+        {
+            *slot = Some((generation + 1, self.open(target)));
+        }
+    }
+
+    fn open(&self, target: &Target) -> Channel {
+        match &self.connector {
+            Some(c) => c.channel(&target.endpoint),
+            None => target.endpoint.connect_lazy(),
+        }
     }
 
     /// A request to endpoint `i` failed retryably: move on to the next one (unless a

@@ -24,6 +24,14 @@
 //!   has returned, so the dropped reply is for work done. For any other protocol, any
 //!   client byte is a request and any server byte a reply.
 //!
+//! - **Swallowed replies** ([`FaultProxy::set_swallow_every`]): every `n`th reply (counted
+//!   over all connections, with the same request→reply turns as lost replies) is
+//!   discarded, and so is everything the server sends on that connection afterwards,
+//!   while the connection stays open and the client's bytes still reach the server. The
+//!   server ran the request; the client sees a connection gone silent, as when a reply is
+//!   lost on a path that neither resets nor closes. Only a timeout (or an unanswered
+//!   HTTP/2 ping) tells the client.
+//!
 //! - **Delay** ([`FaultProxy::set_delay`]): each chunk is forwarded no earlier than the time
 //!   it was read plus the direction's delay, plus a uniform jitter in `0..=jitter` for a
 //!   direction whose delay is non-zero. Chunks are pipelined (a delay is latency, not a
@@ -117,6 +125,8 @@ impl Delay {
 pub struct Faults {
     /// Probability in `[0, 1]` that a reply is dropped.
     pub drop_replies: f64,
+    /// Swallow every this-many-th reply (0: none).
+    pub swallow_every: u64,
     pub delay: Delay,
     pub blackhole: bool,
 }
@@ -132,6 +142,8 @@ pub struct ProxyStats {
     pub bytes_to_client: u64,
     /// Connections cut to drop a reply.
     pub replies_dropped: u64,
+    /// Connections silenced to swallow a reply.
+    pub replies_swallowed: u64,
     /// Connections closed by [`FaultProxy::reset_all`].
     pub resets: u64,
 }
@@ -143,6 +155,9 @@ struct Counters {
     bytes_to_server: AtomicU64,
     bytes_to_client: AtomicU64,
     replies_dropped: AtomicU64,
+    replies_swallowed: AtomicU64,
+    /// Replies seen while swallowing was on (which of them to swallow).
+    swallow_turns: AtomicU64,
     resets: AtomicU64,
 }
 
@@ -219,6 +234,16 @@ impl FaultProxy {
         self.shared.faults.send_modify(|f| f.drop_replies = p);
     }
 
+    /// Swallows every `n`th reply from now on (`n = 2`: every other one); 0 switches it
+    /// off. Connections already silenced stay silent.
+    pub fn set_swallow_every(&self, n: u64) {
+        self.shared
+            .counters
+            .swallow_turns
+            .store(0, Ordering::Relaxed);
+        self.shared.faults.send_modify(|f| f.swallow_every = n);
+    }
+
     pub fn set_delay(&self, delay: Delay) {
         self.shared.faults.send_modify(|f| f.delay = delay);
     }
@@ -250,6 +275,7 @@ impl FaultProxy {
             bytes_to_server: get(&c.bytes_to_server),
             bytes_to_client: get(&c.bytes_to_client),
             replies_dropped: get(&c.replies_dropped),
+            replies_swallowed: get(&c.replies_swallowed),
             resets: get(&c.resets),
         }
     }
@@ -444,7 +470,12 @@ impl Pump<'_> {
         let mut faults = self.shared.faults.subscribe();
         let mut messages = Messages::new(self.direction);
         let counters = &self.shared.counters;
+        // Set once a reply was swallowed: the server's bytes go nowhere from then on.
+        let mut silenced = false;
         while let Some((read_at, chunk)) = arrived.recv().await {
+            if silenced {
+                continue;
+            }
             let delay = faults.borrow().delay.sample(self.direction, &mut rng);
             tokio::time::sleep_until(read_at + delay).await;
             if faults.wait_for(|f| !f.blackhole).await.is_err() {
@@ -467,10 +498,21 @@ impl Pump<'_> {
                 Direction::ToClient => {
                     let reply = starts_message || !self.turn.http2.load(Ordering::SeqCst);
                     if reply && self.turn.awaiting_reply.swap(false, Ordering::SeqCst) {
-                        let p = faults.borrow().drop_replies;
+                        let (p, every) = {
+                            let f = faults.borrow();
+                            (f.drop_replies, f.swallow_every)
+                        };
                         if p > 0.0 && rng.gen_bool(p) {
                             counters.replies_dropped.fetch_add(1, Ordering::Relaxed);
                             return Err(End::ReplyDropped);
+                        }
+                        if every > 0
+                            && (counters.swallow_turns.fetch_add(1, Ordering::Relaxed) + 1)
+                                .is_multiple_of(every)
+                        {
+                            counters.replies_swallowed.fetch_add(1, Ordering::Relaxed);
+                            silenced = true;
+                            continue;
                         }
                     }
                     dst.write_all(&chunk).await.map_err(End::Failed)?;
