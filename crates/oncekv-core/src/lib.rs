@@ -43,6 +43,7 @@
 //! ```
 
 pub mod command;
+pub mod fingerprint;
 pub mod kv;
 pub mod lease;
 pub mod session;
