@@ -283,6 +283,8 @@ fn bench_duplicate_check(c: &mut Criterion) {
             secret,
             seq: 1,
             first_incomplete: 1,
+            // The request's `Op::fingerprint` (the table only compares it).
+            fingerprint: 1,
         };
         let Verdict::Execute(pending) = table.check(req, WINDOW) else {
             panic!("a new session's first seq is not admitted");
@@ -294,6 +296,7 @@ fn bench_duplicate_check(c: &mut Criterion) {
         secret: secret_of(client_id),
         seq: 1,
         first_incomplete: 1,
+        fingerprint: 1,
     };
     match table.check(dup(7), WINDOW) {
         Verdict::Duplicate(saved) => assert_eq!(saved.to_reply(), reply),

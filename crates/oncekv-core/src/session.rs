@@ -8,9 +8,10 @@
 //!
 //! The table is laid out for 1 M sessions and more, far beyond the CPU caches: each
 //! session is one 64-byte record that is also its hash-table bucket (`session/slots.rs`),
-//! and it keeps its newest saved response inline when that fits in 16 bytes
-//! (`session/saved.rs`). Checking a request then usually reads one cache line, and saving
-//! the reply of a client that waits for each answer allocates nothing.
+//! and it keeps its saved response inline, with the fingerprint of the request that
+//! produced it, when it is the only one and packs into 8 bytes (`session/saved.rs`).
+//! Checking a request then usually reads one cache line, and saving the reply of a client
+//! that waits for each answer allocates nothing.
 //!
 //! Expiry uses a *lazy* deadline index: each session has one `(indexed_time, client_id)`
 //! entry with `indexed_time <= last_active`. Refreshing a session only writes its
@@ -85,6 +86,11 @@ pub enum SessionError {
         "oncekv: seq {seq} is past the window: at most seq {limit} is accepted until earlier responses are acknowledged"
     )]
     WindowExceeded { seq: u64, limit: u64 },
+    /// A response is saved for `seq`, but for another request (its fingerprint differs):
+    /// a client bug. Answering the saved response would pass one request's outcome off as
+    /// another's, so the request is refused and nothing runs.
+    #[error("oncekv: seq {seq} was already used for a different request")]
+    SeqReused { seq: u64 },
 }
 
 /// One client's session: a single 64-byte record (`session/slots.rs`, `session/saved.rs`).
@@ -127,7 +133,7 @@ impl Session {
     pub fn saved(&self) -> Vec<(u64, OpReply)> {
         self.saved
             .iter()
-            .map(|(seq, reply)| (seq, reply.into_owned()))
+            .map(|(seq, _, reply)| (seq, reply.into_owned()))
             .collect()
     }
 
@@ -150,9 +156,9 @@ impl PartialEq for Session {
 
 impl Eq for Session {}
 
-/// The snapshot form, unchanged since the first image format: `secret`, `acked_below`,
-/// `last_active`, then the saved `(seq, reply)` pairs by seq. The client id is not part of
-/// it (the image pairs it with the session).
+/// The snapshot form: `secret`, `acked_below`, `last_active`, then the saved `(seq,
+/// fingerprint, reply)` triples by seq. The client id is not part of it (the image pairs
+/// it with the session).
 impl Serialize for Session {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         struct SavedImage<'a>(&'a Saved);
@@ -177,7 +183,7 @@ struct SessionImage {
     secret: Secret,
     acked_below: u64,
     last_active: u64,
-    saved: Vec<(u64, OpReply)>,
+    saved: Vec<(u64, u64, OpReply)>,
 }
 
 impl TryFrom<SessionImage> for Session {
@@ -213,6 +219,9 @@ pub struct RequestId {
     pub secret: Secret,
     pub seq: u64,
     pub first_incomplete: u64,
+    /// The request's [`Op::fingerprint`](crate::command::Op::fingerprint): a saved
+    /// response is returned only to the request that produced it.
+    pub fingerprint: u64,
 }
 
 /// What [`SessionTable::check`] decided.
@@ -222,7 +231,8 @@ pub enum Verdict<'a> {
     Execute(Pending<'a>),
     /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing.
     Duplicate(SavedReply<'a>),
-    /// Rules 1, 2, 4, 6: not applied.
+    /// Rules 1, 2, 4, 6, and rule 5 for a seq whose saved reply belongs to another
+    /// request ([`SessionError::SeqReused`]): not applied.
     Reject(SessionError),
 }
 
@@ -234,6 +244,7 @@ pub enum Verdict<'a> {
 pub struct Pending<'a> {
     session: &'a mut Session,
     seq: NonZeroU64,
+    fingerprint: u64,
 }
 
 impl Pending<'_> {
@@ -246,7 +257,7 @@ impl Pending<'_> {
         let session = self.session;
         debug_assert!(now >= session.last_active, "cluster time went back");
         session.last_active = now;
-        session.saved.insert(self.seq, reply);
+        session.saved.insert(self.seq, reply, self.fingerprint);
     }
 }
 
@@ -379,13 +390,16 @@ impl SessionTable {
                 acked_below,
             });
         }
-        // Rule 5. (The reply is looked up through a shared borrow once it is known to be
-        // there: returning a borrow on one path while another keeps the session mutably
-        // borrowed is beyond today's borrow checker.)
+        // Rule 5, for the request that produced the saved reply only: a different request
+        // under the same seq is refused, not given another request's outcome. (The reply is
+        // looked up through a shared borrow once it is known to be there: returning a
+        // borrow on one path while another keeps the session mutably borrowed is beyond
+        // today's borrow checker.)
         if session.saved.contains(req.seq) {
             let session: &Session = session;
             return match session.saved.get(req.seq) {
-                Some(saved) => Verdict::Duplicate(saved),
+                Some(saved) if saved.fingerprint() == req.fingerprint => Verdict::Duplicate(saved),
+                Some(_) => Verdict::Reject(SessionError::SeqReused { seq: req.seq }),
                 // Unreachable (it was there just above); a refusal is the one answer that
                 // can never execute a request twice.
                 None => Verdict::Reject(SessionError::Stale {
@@ -409,7 +423,11 @@ impl SessionTable {
                 acked_below,
             });
         };
-        Verdict::Execute(Pending { session, seq })
+        Verdict::Execute(Pending {
+            session,
+            seq,
+            fingerprint: req.fingerprint,
+        })
     }
 
     /// Removes every session with `last_active + ttl < now`, returning their ids in the
@@ -524,6 +542,7 @@ mod tests {
                 secret,
                 seq,
                 first_incomplete,
+                fingerprint: 7,
             };
             let hints = [
                 table.hint(client_id % 40 + 1),
@@ -561,6 +580,7 @@ mod tests {
             secret,
             seq,
             first_incomplete: 1,
+            fingerprint: 7,
         };
         let mut table = SessionTable::default();
         assert!(table.register(1, secret, 0));

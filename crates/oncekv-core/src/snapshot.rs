@@ -14,7 +14,9 @@ use crate::lease::{Lease, LeaseTable};
 use crate::session::{Session, SessionTable};
 use crate::state_machine::StateMachine;
 
-const MAGIC: &[u8; 4] = b"OKV1";
+/// The image format and its version: a change to the format changes the version, so that
+/// an image of another format is refused (`BadMagic`), never misread.
+const MAGIC: &[u8; 4] = b"OKV2";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
