@@ -107,6 +107,7 @@ fn register_all(sm: &mut StateMachine, now: u64) {
             cluster_time: now,
             commands: vec![Command::RegisterClient {
                 secret: secret_of(client_id),
+                nonce: 0,
             }],
         };
         black_box(sm.apply(client_id, &entry));
@@ -277,7 +278,7 @@ fn bench_duplicate_check(c: &mut Criterion) {
     let mut table = SessionTable::default();
     for client_id in 1..=SESSIONS {
         let secret = secret_of(client_id);
-        table.register(client_id, secret, 1_000);
+        table.register(client_id, secret, 0, 1_000);
         let req = RequestId {
             client_id,
             secret,

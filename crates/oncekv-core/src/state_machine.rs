@@ -139,8 +139,15 @@ impl StateMachine {
     fn apply_command(&mut self, index: u64, pos: usize, command: &Command) -> Response {
         let now = self.cluster_time;
         match command {
-            Command::RegisterClient { secret } => {
-                if pos == 0 && self.sessions.register(index, *secret, now) {
+            Command::RegisterClient { secret, nonce } => {
+                // A retry creates nothing, so it may sit anywhere in its entry.
+                if let Some((client_id, secret)) = self.sessions.retried_registration(*nonce, now) {
+                    Response::Registered {
+                        client_id,
+                        secret,
+                        settings: self.settings,
+                    }
+                } else if pos == 0 && self.sessions.register(index, *secret, *nonce, now) {
                     Response::Registered {
                         client_id: index,
                         secret: *secret,

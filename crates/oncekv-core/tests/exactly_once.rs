@@ -703,8 +703,14 @@ fn registration_takes_the_entry_index_and_only_first_in_entry() {
     let responses = r.entry_at(
         1_000,
         vec![
-            Command::RegisterClient { secret: SECRET },
-            Command::RegisterClient { secret: WRONG },
+            Command::RegisterClient {
+                secret: SECRET,
+                nonce: 0,
+            },
+            Command::RegisterClient {
+                secret: WRONG,
+                nonce: 0,
+            },
         ],
     );
     assert_eq!(
