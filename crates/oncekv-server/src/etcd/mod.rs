@@ -63,6 +63,7 @@ impl From<ApiError> for Status {
                 SessionError::WindowExceeded { .. } => {
                     (Code::ResourceExhausted, Some("window-exceeded"))
                 }
+                SessionError::SeqReused { .. } => (Code::FailedPrecondition, Some("seq-reused")),
             },
             ApiError::Propose(p) => match p {
                 ProposeError::Internal(_) => (Code::Internal, None),
