@@ -107,6 +107,7 @@ fn register_all(sm: &mut StateMachine, now: u64) {
             cluster_time: now,
             commands: vec![Command::RegisterClient {
                 secret: secret_of(client_id),
+                nonce: 0,
             }],
         };
         black_box(sm.apply(client_id, &entry));
@@ -277,12 +278,14 @@ fn bench_duplicate_check(c: &mut Criterion) {
     let mut table = SessionTable::default();
     for client_id in 1..=SESSIONS {
         let secret = secret_of(client_id);
-        table.register(client_id, secret, 1_000);
+        table.register(client_id, secret, 0, 1_000);
         let req = RequestId {
             client_id,
             secret,
             seq: 1,
             first_incomplete: 1,
+            // The request's `Op::fingerprint` (the table only compares it).
+            fingerprint: 1,
         };
         let Verdict::Execute(pending) = table.check(req, WINDOW) else {
             panic!("a new session's first seq is not admitted");
@@ -294,6 +297,7 @@ fn bench_duplicate_check(c: &mut Criterion) {
         secret: secret_of(client_id),
         seq: 1,
         first_incomplete: 1,
+        fingerprint: 1,
     };
     match table.check(dup(7), WINDOW) {
         Verdict::Duplicate(saved) => assert_eq!(saved.to_reply(), reply),

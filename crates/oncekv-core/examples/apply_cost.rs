@@ -46,6 +46,7 @@ fn run(args: &[String]) -> Result<(), String> {
         index += 1;
         let register = Command::RegisterClient {
             secret: secret_of(index),
+            nonce: 0,
         };
         black_box(sm.apply(
             index,

@@ -28,7 +28,15 @@ pub enum Command {
     /// Open a session. Its client id is the log index of the entry that carries it, so the
     /// proposer MUST put a `RegisterClient` first in its entry (a second one in the same
     /// entry is answered [`Response::Rejected`]). The leader draws `secret` at random.
-    RegisterClient { secret: Secret },
+    ///
+    /// `nonce` makes registration idempotent: a client that lost the reply retries with
+    /// the same nonce and, while the session lives, is answered that session's client id
+    /// and secret (not this entry's `secret`; no second session is created, and the retry
+    /// counts as the session's activity). The client MUST draw it at random from a
+    /// cryptographic source, once per session it wants, and keep it as secret as the
+    /// session's secret, which it obtains. 0 means none: every such registration opens a
+    /// new session.
+    RegisterClient { secret: Secret, nonce: u128 },
     /// Refresh a session's `last_active`.
     KeepAlive { client_id: u64, secret: Secret },
     /// End a session and drop its saved responses.

@@ -19,9 +19,11 @@
 //! let mut sm = StateMachine::default();
 //! let secret = Secret::from_u128(0x5eed);
 //! // The leader stamps every entry with cluster time (ms); the log index names the client.
+//! // The client's random nonce lets a retried registration get this same session back.
+//! let nonce = 0x6e6f_6e63_65u128;
 //! let registered = sm.apply(1, &LogPayload {
 //!     cluster_time: 1_000,
-//!     commands: vec![Command::RegisterClient { secret }],
+//!     commands: vec![Command::RegisterClient { secret, nonce }],
 //! });
 //! let Response::Registered { client_id, .. } = registered[0] else { unreachable!() };
 //!
@@ -43,6 +45,7 @@
 //! ```
 
 pub mod command;
+pub mod fingerprint;
 pub mod kv;
 pub mod lease;
 pub mod session;

@@ -8,9 +8,10 @@
 //!
 //! The table is laid out for 1 M sessions and more, far beyond the CPU caches: each
 //! session is one 64-byte record that is also its hash-table bucket (`session/slots.rs`),
-//! and it keeps its newest saved response inline when that fits in 16 bytes
-//! (`session/saved.rs`). Checking a request then usually reads one cache line, and saving
-//! the reply of a client that waits for each answer allocates nothing.
+//! and it keeps its saved response inline, with the fingerprint of the request that
+//! produced it, when it is the only one and packs into 8 bytes (`session/saved.rs`).
+//! Checking a request then usually reads one cache line, and saving the reply of a client
+//! that waits for each answer allocates nothing.
 //!
 //! Expiry uses a *lazy* deadline index: each session has one `(indexed_time, client_id)`
 //! entry with `indexed_time <= last_active`. Refreshing a session only writes its
@@ -85,6 +86,11 @@ pub enum SessionError {
         "oncekv: seq {seq} is past the window: at most seq {limit} is accepted until earlier responses are acknowledged"
     )]
     WindowExceeded { seq: u64, limit: u64 },
+    /// A response is saved for `seq`, but for another request (its fingerprint differs):
+    /// a client bug. Answering the saved response would pass one request's outcome off as
+    /// another's, so the request is refused and nothing runs.
+    #[error("oncekv: seq {seq} was already used for a different request")]
+    SeqReused { seq: u64 },
 }
 
 /// One client's session: a single 64-byte record (`session/slots.rs`, `session/saved.rs`).
@@ -127,7 +133,7 @@ impl Session {
     pub fn saved(&self) -> Vec<(u64, OpReply)> {
         self.saved
             .iter()
-            .map(|(seq, reply)| (seq, reply.into_owned()))
+            .map(|(seq, _, reply)| (seq, reply.into_owned()))
             .collect()
     }
 
@@ -150,9 +156,9 @@ impl PartialEq for Session {
 
 impl Eq for Session {}
 
-/// The snapshot form, unchanged since the first image format: `secret`, `acked_below`,
-/// `last_active`, then the saved `(seq, reply)` pairs by seq. The client id is not part of
-/// it (the image pairs it with the session).
+/// The snapshot form: `secret`, `acked_below`, `last_active`, then the saved `(seq,
+/// fingerprint, reply)` triples by seq. The client id is not part of it (the image pairs
+/// it with the session).
 impl Serialize for Session {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         struct SavedImage<'a>(&'a Saved);
@@ -177,7 +183,7 @@ struct SessionImage {
     secret: Secret,
     acked_below: u64,
     last_active: u64,
-    saved: Vec<(u64, OpReply)>,
+    saved: Vec<(u64, u64, OpReply)>,
 }
 
 impl TryFrom<SessionImage> for Session {
@@ -213,6 +219,9 @@ pub struct RequestId {
     pub secret: Secret,
     pub seq: u64,
     pub first_incomplete: u64,
+    /// The request's [`Op::fingerprint`](crate::command::Op::fingerprint): a saved
+    /// response is returned only to the request that produced it.
+    pub fingerprint: u64,
 }
 
 /// What [`SessionTable::check`] decided.
@@ -222,7 +231,8 @@ pub enum Verdict<'a> {
     Execute(Pending<'a>),
     /// Rule 5: a duplicate; answer this saved reply unchanged and apply nothing.
     Duplicate(SavedReply<'a>),
-    /// Rules 1, 2, 4, 6: not applied.
+    /// Rules 1, 2, 4, 6, and rule 5 for a seq whose saved reply belongs to another
+    /// request ([`SessionError::SeqReused`]): not applied.
     Reject(SessionError),
 }
 
@@ -234,6 +244,7 @@ pub enum Verdict<'a> {
 pub struct Pending<'a> {
     session: &'a mut Session,
     seq: NonZeroU64,
+    fingerprint: u64,
 }
 
 impl Pending<'_> {
@@ -246,17 +257,59 @@ impl Pending<'_> {
         let session = self.session;
         debug_assert!(now >= session.last_active, "cluster time went back");
         session.last_active = now;
-        session.saved.insert(self.seq, reply);
+        session.saved.insert(self.seq, reply, self.fingerprint);
     }
 }
 
-/// All sessions, with their deadline index.
+/// The registration nonces of the live sessions whose registration carried one, both
+/// ways: by nonce to recognise a retried registration, by client id to forget the nonce
+/// with its session. Kept apart from the session records, which have no room for 16 more
+/// bytes and which sessions without a nonce should not pay for.
+///
+/// A nonce obtains its session's secret (a retried registration is answered with it), so
+/// it is as secret as the secret: `Debug` prints none.
+#[derive(Clone, Default)]
+struct Nonces {
+    by_nonce: FxHashMap<u128, u64>,
+    by_client: FxHashMap<u64, u128>,
+}
+
+impl Nonces {
+    fn client_of(&self, nonce: u128) -> Option<u64> {
+        self.by_nonce.get(&nonce).copied()
+    }
+
+    /// Remembers `nonce` (not 0, not in use) for `client_id` (which has none).
+    fn insert(&mut self, nonce: u128, client_id: u64) {
+        self.by_nonce.insert(nonce, client_id);
+        self.by_client.insert(client_id, nonce);
+    }
+
+    /// Forgets `client_id`'s nonce, if it has one.
+    fn forget(&mut self, client_id: u64) {
+        if let Some(nonce) = self.by_client.remove(&client_id) {
+            self.by_nonce.remove(&nonce);
+        }
+    }
+}
+
+impl fmt::Debug for Nonces {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nonces")
+            .field("len", &self.by_nonce.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// All sessions, with their deadline index and registration nonces.
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
     sessions: Slots,
     /// Lazy: `(t, id)` with `t <= sessions[id].last_active`; stale entries of closed
     /// sessions are dropped when they come due.
     by_activity: BTreeSet<(u64, u64)>,
+    /// Exactly the live sessions registered with a nonce.
+    nonces: Nonces,
 }
 
 impl SessionTable {
@@ -287,13 +340,49 @@ impl SessionTable {
         all
     }
 
-    /// Creates a session; `false` (and nothing changes) if `client_id` is taken.
-    pub fn register(&mut self, client_id: u64, secret: Secret, now: u64) -> bool {
+    /// Creates a session. A non-zero `nonce` (the client's random registration nonce) is
+    /// remembered for the session's life, for
+    /// [`retried_registration`](Self::retried_registration). `false` (and nothing changes)
+    /// if `client_id` is taken or `nonce` is a live session's.
+    pub fn register(&mut self, client_id: u64, secret: Secret, nonce: u128, now: u64) -> bool {
+        if nonce != 0 && self.nonces.client_of(nonce).is_some() {
+            return false;
+        }
         if !self.sessions.insert(Session::new(client_id, secret, now)) {
             return false;
         }
         self.by_activity.insert((now, client_id));
+        if nonce != 0 {
+            self.nonces.insert(nonce, client_id);
+        }
         true
+    }
+
+    /// If `nonce` is not 0 and a live session was registered with it, the client is
+    /// retrying that registration (its reply was lost): marks the session active at `now`
+    /// and returns its client id and secret, for the same answer as the first time.
+    /// `None` otherwise (nothing changes).
+    pub fn retried_registration(&mut self, nonce: u128, now: u64) -> Option<(u64, Secret)> {
+        if nonce == 0 {
+            return None;
+        }
+        let client_id = self.nonces.client_of(nonce)?;
+        let session = self.sessions.get_mut(client_id)?;
+        session.last_active = session.last_active.max(now);
+        Some((client_id, session.secret))
+    }
+
+    /// The registration nonces of live sessions, `(client_id, nonce)` in client-id order
+    /// (for snapshots).
+    pub(crate) fn sorted_nonces(&self) -> Vec<(u64, u128)> {
+        let mut all: Vec<_> = self
+            .nonces
+            .by_client
+            .iter()
+            .map(|(id, nonce)| (*id, *nonce))
+            .collect();
+        all.sort_unstable();
+        all
     }
 
     /// Refreshes `last_active` after checking the secret.
@@ -314,6 +403,7 @@ impl SessionTable {
         let hint = self.hint(client_id);
         Self::authenticate(&mut self.sessions, hint, client_id, secret)?;
         self.sessions.remove(client_id);
+        self.nonces.forget(client_id);
         Ok(())
     }
 
@@ -379,13 +469,16 @@ impl SessionTable {
                 acked_below,
             });
         }
-        // Rule 5. (The reply is looked up through a shared borrow once it is known to be
-        // there: returning a borrow on one path while another keeps the session mutably
-        // borrowed is beyond today's borrow checker.)
+        // Rule 5, for the request that produced the saved reply only: a different request
+        // under the same seq is refused, not given another request's outcome. (The reply is
+        // looked up through a shared borrow once it is known to be there: returning a
+        // borrow on one path while another keeps the session mutably borrowed is beyond
+        // today's borrow checker.)
         if session.saved.contains(req.seq) {
             let session: &Session = session;
             return match session.saved.get(req.seq) {
-                Some(saved) => Verdict::Duplicate(saved),
+                Some(saved) if saved.fingerprint() == req.fingerprint => Verdict::Duplicate(saved),
+                Some(_) => Verdict::Reject(SessionError::SeqReused { seq: req.seq }),
                 // Unreachable (it was there just above); a refusal is the one answer that
                 // can never execute a request twice.
                 None => Verdict::Reject(SessionError::Stale {
@@ -409,7 +502,11 @@ impl SessionTable {
                 acked_below,
             });
         };
-        Verdict::Execute(Pending { session, seq })
+        Verdict::Execute(Pending {
+            session,
+            seq,
+            fingerprint: req.fingerprint,
+        })
     }
 
     /// Removes every session with `last_active + ttl < now`, returning their ids in the
@@ -426,6 +523,7 @@ impl SessionTable {
             };
             if session.last_active.saturating_add(ttl) < now {
                 self.sessions.remove(id);
+                self.nonces.forget(id);
                 expired.push(id);
             } else {
                 self.by_activity.insert((session.last_active, id));
@@ -441,10 +539,13 @@ impl SessionTable {
             .map(|(t, _)| t.saturating_add(ttl).saturating_add(1))
     }
 
-    /// Rebuilds a table from sessions (restore from a snapshot); each session takes the
-    /// client id it is paired with. `Err` if an id appears twice.
+    /// Rebuilds a table from sessions and the `(client_id, nonce)` pairs of those
+    /// registered with a nonce (restore from a snapshot); each session takes the client id
+    /// it is paired with. `Err` if an id appears twice, or a nonce is 0, used twice, or
+    /// names no session.
     pub fn from_sessions(
         sessions: impl IntoIterator<Item = (u64, Session)>,
+        nonces: impl IntoIterator<Item = (u64, u128)>,
     ) -> Result<SessionTable, String> {
         let mut table = SessionTable::default();
         for (id, mut session) in sessions {
@@ -455,6 +556,17 @@ impl SessionTable {
             }
             table.by_activity.insert((last_active, id));
         }
+        for (id, nonce) in nonces {
+            if nonce == 0 || !table.sessions.contains(id) {
+                return Err(format!(
+                    "registration nonce for session {id}, which has none"
+                ));
+            }
+            if table.nonces.client_of(nonce).is_some() || table.nonces.by_client.contains_key(&id) {
+                return Err(format!("registration nonce of session {id} not unique"));
+            }
+            table.nonces.insert(nonce, id);
+        }
         Ok(table)
     }
 
@@ -462,6 +574,20 @@ impl SessionTable {
     /// cluster time, which never goes back); `Err` names the first one broken.
     pub fn validate(&self, window: u64, now: u64) -> Result<(), String> {
         self.sessions.validate()?;
+        let nonces = &self.nonces;
+        if nonces.by_nonce.len() != nonces.by_client.len() {
+            return Err("registration nonces out of step with their sessions".into());
+        }
+        for (nonce, id) in &nonces.by_nonce {
+            if *nonce == 0 || nonces.by_client.get(id) != Some(nonce) {
+                return Err(format!("session {id}'s registration nonce is inconsistent"));
+            }
+            if !self.sessions.contains(*id) {
+                return Err(format!(
+                    "registration nonce kept for session {id}, which is gone"
+                ));
+            }
+        }
         let mut indexed: FxHashMap<u64, u64> = FxHashMap::default();
         for &(t, id) in &self.by_activity {
             if self.sessions.contains(id) && indexed.insert(id, t).is_some() {
@@ -507,7 +633,7 @@ mod tests {
         };
         let mut table = SessionTable::default();
         for id in 1..=40 {
-            assert!(table.register(id, secret(id), 0));
+            assert!(table.register(id, secret(id), 0, 0));
         }
         let mut plain = table.clone();
         let requests = [
@@ -524,6 +650,7 @@ mod tests {
                 secret,
                 seq,
                 first_incomplete,
+                fingerprint: 7,
             };
             let hints = [
                 table.hint(client_id % 40 + 1),
@@ -561,9 +688,10 @@ mod tests {
             secret,
             seq,
             first_incomplete: 1,
+            fingerprint: 7,
         };
         let mut table = SessionTable::default();
-        assert!(table.register(1, secret, 0));
+        assert!(table.register(1, secret, 0, 0));
         // acked_below 1 + window (2^64 - 2) = 2^64 - 1: u64::MAX is one past the window.
         match table.check(request(u64::MAX), u64::MAX - 1) {
             Verdict::Reject(e) => assert_eq!(
@@ -588,5 +716,43 @@ mod tests {
         assert!(table.validate(u64::MAX - 1, 1).is_err());
         // The session was active at 1: a table said to be at time 0 is inconsistent.
         assert!(table.validate(u64::MAX, 0).is_err());
+    }
+
+    /// A nonce must not outlive its session (a retried registration would then name a
+    /// dead session), and a snapshot must not bring in such a nonce: `validate` and
+    /// `from_sessions` catch both.
+    #[test]
+    fn validate_catches_a_dangling_nonce() {
+        let secret = Secret::from_u128(3);
+        let mut table = SessionTable::default();
+        assert!(table.register(1, secret, 0xfeed, 0));
+        assert!(table.register(2, secret, 0, 0));
+        table.validate(8, 0).expect("valid");
+        // A removal that skipped the nonce (what `close` and `expire` must not do).
+        table.sessions.remove(1);
+        let err = table.validate(8, 0).expect_err("dangling nonce");
+        assert!(err.contains("session 1"), "{err}");
+
+        let session = |id| (id, Session::new(id, secret, 0));
+        assert!(SessionTable::from_sessions([session(2)], [(1, 0xfeed)]).is_err());
+        assert!(SessionTable::from_sessions([session(2)], [(2, 0)]).is_err());
+        let twice = SessionTable::from_sessions([session(1), session(2)], [(1, 5), (2, 5)]);
+        assert!(twice.is_err());
+        let table = SessionTable::from_sessions([session(1), session(2)], [(2, 5)]);
+        table.expect("consistent").validate(8, 0).expect("valid");
+    }
+
+    /// A live session's nonce cannot be given to a second session: registering with it
+    /// is refused, and the table is unchanged.
+    #[test]
+    fn a_live_nonce_is_not_registered_twice() {
+        let secret = Secret::from_u128(3);
+        let mut table = SessionTable::default();
+        assert!(table.register(1, secret, 9, 0));
+        assert!(!table.register(2, secret, 9, 0));
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.retried_registration(9, 1), Some((1, secret)));
+        assert_eq!(table.retried_registration(0, 1), None);
+        table.validate(8, 1).expect("valid");
     }
 }

@@ -14,7 +14,9 @@ use crate::lease::{Lease, LeaseTable};
 use crate::session::{Session, SessionTable};
 use crate::state_machine::StateMachine;
 
-const MAGIC: &[u8; 4] = b"OKV1";
+/// The image format and its version: a change to the format changes the version, so that
+/// an image of another format is refused (`BadMagic`), never misread.
+const MAGIC: &[u8; 4] = b"OKV2";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -36,6 +38,8 @@ struct ImageRef<'a> {
     kvs: Vec<(&'a Bytes, &'a Value)>,
     leases: Vec<(&'a i64, &'a Lease)>,
     sessions: Vec<(u64, &'a Session)>,
+    /// `(client_id, nonce)` of the sessions registered with a nonce, by client id.
+    nonces: Vec<(u64, u128)>,
 }
 
 /// Owned form, same field order and types, for decoding.
@@ -48,11 +52,12 @@ struct Image {
     kvs: Vec<(Bytes, Value)>,
     leases: Vec<(i64, Lease)>,
     sessions: Vec<(u64, Session)>,
+    nonces: Vec<(u64, u128)>,
 }
 
 impl StateMachine {
     /// Encodes the whole replicated state (KV, leases, sessions with their saved
-    /// responses, settings, applied index, cluster time).
+    /// responses and registration nonces, settings, applied index, cluster time).
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         let image = ImageRef {
             settings: self.settings,
@@ -62,6 +67,7 @@ impl StateMachine {
             kvs: self.kv.iter().collect(),
             leases: self.leases.iter().collect(),
             sessions: self.sessions.sorted(),
+            nonces: self.sessions.sorted_nonces(),
         };
         Ok(postcard::to_extend(&image, MAGIC.to_vec())?)
     }
@@ -74,7 +80,7 @@ impl StateMachine {
         let sm = StateMachine {
             kv: KvStore::from_parts(image.revision, image.kvs),
             leases: LeaseTable::from_leases(image.leases),
-            sessions: SessionTable::from_sessions(image.sessions)
+            sessions: SessionTable::from_sessions(image.sessions, image.nonces)
                 .map_err(SnapshotError::Invalid)?,
             settings: image.settings,
             applied_index: image.applied_index,

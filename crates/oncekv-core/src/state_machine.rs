@@ -24,7 +24,7 @@ pub struct Stats {
     pub executed: u64,
     /// Tracked ops answered from a saved response (rule 5).
     pub duplicates: u64,
-    /// Tracked ops refused by rules 1, 2, 4 or 6.
+    /// Tracked ops refused by rules 1, 2, 4 or 6, or for reusing a seq (rule 5).
     pub rejected: u64,
     pub sessions_expired: u64,
     pub leases_expired: u64,
@@ -139,8 +139,15 @@ impl StateMachine {
     fn apply_command(&mut self, index: u64, pos: usize, command: &Command) -> Response {
         let now = self.cluster_time;
         match command {
-            Command::RegisterClient { secret } => {
-                if pos == 0 && self.sessions.register(index, *secret, now) {
+            Command::RegisterClient { secret, nonce } => {
+                // A retry creates nothing, so it may sit anywhere in its entry.
+                if let Some((client_id, secret)) = self.sessions.retried_registration(*nonce, now) {
+                    Response::Registered {
+                        client_id,
+                        secret,
+                        settings: self.settings,
+                    }
+                } else if pos == 0 && self.sessions.register(index, *secret, *nonce, now) {
                     Response::Registered {
                         client_id: index,
                         secret: *secret,
@@ -196,11 +203,14 @@ impl StateMachine {
                 Ready::Other(&mut self.kv, op),
             ),
         };
+        // Computed on every tracked command (a save needs it as much as a duplicate
+        // does), while the session's cache line is still on its way.
         let id = RequestId {
             client_id: t.client_id,
             secret: t.secret,
             seq: t.seq,
             first_incomplete: t.first_incomplete,
+            fingerprint: t.op.fingerprint(),
         };
         match self.sessions.check_from(hint, id, self.settings.window) {
             Verdict::Execute(pending) => {

@@ -288,12 +288,13 @@ fn rows() -> Vec<Row> {
             expect: SavedResponseOf(6),
             change: Nothing,
         },
-        // Rule 5: the saved answer wins even if the retry's op differs (the op is not re-read).
+        // Rule 5: a saved answer goes only to the request that produced it; another op
+        // under the same seq is a client bug, refused rather than answered wrongly.
         Row {
-            name: "duplicate with a different op still returns the saved response",
+            name: "same seq with a different op is refused",
             setup: saved_5_6,
             command: |f| tracked(f.client, SECRET, 5, 5, Op::put("other", "x")),
-            expect: SavedResponseOf(5),
+            expect: Refused(|_| SessionError::SeqReused { seq: 5 }),
             change: Nothing,
         },
         // Rule 3: acked_below only grows; an old first_incomplete cannot resurrect anything.
@@ -702,8 +703,14 @@ fn registration_takes_the_entry_index_and_only_first_in_entry() {
     let responses = r.entry_at(
         1_000,
         vec![
-            Command::RegisterClient { secret: SECRET },
-            Command::RegisterClient { secret: WRONG },
+            Command::RegisterClient {
+                secret: SECRET,
+                nonce: 0,
+            },
+            Command::RegisterClient {
+                secret: WRONG,
+                nonce: 0,
+            },
         ],
     );
     assert_eq!(

@@ -232,7 +232,10 @@ fn applying_after_a_wall_clock_sleep_changes_nothing() {
     let entries: Vec<LogPayload> = vec![
         LogPayload {
             cluster_time: 100,
-            commands: vec![Command::RegisterClient { secret: SECRET }],
+            commands: vec![Command::RegisterClient {
+                secret: SECRET,
+                nonce: 0,
+            }],
         },
         LogPayload {
             cluster_time: 100,

@@ -308,7 +308,7 @@ impl Model {
     fn check(&mut self, index: u64, pos: usize, command: &Command, got: &Response) {
         let now = self.now;
         match command {
-            Command::RegisterClient { secret } => {
+            Command::RegisterClient { secret, .. } => {
                 assert_eq!(pos, 0, "the harness registers alone");
                 let want = Response::Registered {
                     client_id: index,
@@ -578,7 +578,7 @@ impl Harness {
                 let Some((client_id, secret)) = self.clients[client].session else {
                     self.secrets += 1;
                     let secret = Secret::from_u128(self.secrets);
-                    let got = self.entry(time, vec![Command::RegisterClient { secret }]);
+                    let got = self.entry(time, vec![Command::RegisterClient { secret, nonce: 0 }]);
                     if let Response::Registered { client_id, .. } = got[0] {
                         self.clients[client] = Client {
                             session: Some((client_id, secret)),

@@ -30,9 +30,11 @@ impl Log {
         self.sm.apply(self.index, &entry)
     }
 
-    fn register(&mut self, secret: u128) -> u64 {
+    /// Registers with `nonce` (0: none); the session's client id.
+    fn register(&mut self, secret: u128, nonce: u128) -> u64 {
         match self.apply(vec![Command::RegisterClient {
             secret: Secret::from_u128(secret),
+            nonce,
         }])[..]
         {
             [Response::Registered { client_id, .. }] => client_id,
@@ -69,12 +71,12 @@ fn delete(key: &'static str) -> Op {
 
 /// A state whose sessions hold every kind of saved response: small ones (plain put,
 /// refusal, delete, lease revoke), large ones (prev_kv, lease grant), several per session
-/// saved out of seq order, and sessions with nothing saved.
+/// saved out of seq order, and sessions with nothing saved; some registered with a nonce.
 fn varied_state() -> StateMachine {
     let mut log = Log::new();
-    let a = log.register(0xa);
-    let b = log.register(0xb);
-    let _idle = log.register(0xc);
+    let a = log.register(0xa, NONCE_A);
+    let b = log.register(0xb, 0);
+    let _idle = log.register(0xc, NONCE_IDLE);
     // a: sequential, one saved response at a time.
     log.tracked(a, 0xa, 1, 1, Op::put("x", "1"));
     log.tracked(a, 0xa, 2, 2, put_prev("x", "2"));
@@ -89,11 +91,11 @@ fn varied_state() -> StateMachine {
     log.sm
 }
 
-/// The image format is unchanged by the compact session layout: this digest was computed
-/// from the same log by the layout before it (commit d9d9bf2), so old snapshots restore and
-/// mixed-version replicas agree on state hashes.
+/// The image bytes are pinned: replicas must agree on state hashes and read each other's
+/// snapshots, whatever the in-memory layout of their sessions, so a change to the format
+/// must be deliberate (and change the image's version, `MAGIC` in `src/snapshot.rs`).
 #[test]
-fn snapshot_bytes_match_the_format_before_the_compact_layout() {
+fn snapshot_bytes_are_pinned() {
     let sm = varied_state();
     sm.validate().expect("valid");
     let saved = |id: u64| -> Vec<u64> {
@@ -106,7 +108,10 @@ fn snapshot_bytes_match_the_format_before_the_compact_layout() {
     assert_eq!(sm.state_hash(), GOLDEN_STATE_HASH, "{:#x}", sm.state_hash());
 }
 
-const GOLDEN_STATE_HASH: u64 = 0x3599_33f9_98e9_50d1;
+const NONCE_A: u128 = 0x0a0a_0a0a_0a0a_0a0a_0a0a_0a0a_0a0a_0a0a;
+const NONCE_IDLE: u128 = u128::MAX;
+
+const GOLDEN_STATE_HASH: u64 = 0x9b70_ce81_205c_2d4a;
 
 /// Restoring gives an equal state that snapshots to the same bytes, even though the
 /// restored sessions lay out their saved responses from scratch.
@@ -124,4 +129,61 @@ fn restore_then_snapshot_gives_the_same_bytes() {
     {
         assert_eq!((id, s), (rid, r));
     }
+}
+
+/// Dedup and idempotent registration must survive compaction and failover: a replica
+/// restored from a snapshot answers a retried registration with the same session, refuses
+/// a reused seq and absorbs a true duplicate exactly as the original does.
+#[test]
+fn restore_keeps_registration_nonces_and_request_fingerprints() {
+    let original = varied_state();
+    let mut log = Log::new();
+    log.sm = StateMachine::restore(&original.snapshot().expect("encodes")).expect("decodes");
+    log.index = original.applied_index();
+    let mut twin = Log::new();
+    twin.sm = original;
+    twin.index = log.index;
+    for l in [&mut log, &mut twin] {
+        // Retried registrations (a fresh secret drawn by the leader each time).
+        let sessions = l.sm.sessions().len();
+        assert_eq!(l.register(0xdead, NONCE_A), 1);
+        assert_eq!(l.register(0xbeef, NONCE_IDLE), 3);
+        assert_eq!(l.sm.sessions().len(), sessions);
+        // Session 2 saved seq 5 for `delete("y")`: another request under it is refused,
+        // the same request gets the saved reply.
+        let before =
+            l.sm.sessions()
+                .get(2)
+                .and_then(|s| s.saved_reply(5))
+                .map(|r| (r.fingerprint(), r.to_reply()));
+        assert_eq!(
+            before.as_ref().map(|(f, _)| *f),
+            Some(delete("y").fingerprint())
+        );
+        let reused = l.apply(vec![Command::Tracked(Tracked {
+            client_id: 2,
+            secret: Secret::from_u128(0xb),
+            seq: 5,
+            first_incomplete: 2,
+            op: delete("z"),
+        })]);
+        assert_eq!(
+            reused,
+            [Response::Op(Err(oncekv_core::SessionError::SeqReused {
+                seq: 5
+            }))]
+        );
+        let retried = l.apply(vec![Command::Tracked(Tracked {
+            client_id: 2,
+            secret: Secret::from_u128(0xb),
+            seq: 5,
+            first_incomplete: 2,
+            op: delete("y"),
+        })]);
+        assert_eq!(retried, [Response::Op(Ok(before.expect("saved").1))]);
+    }
+    assert_eq!(
+        log.sm.snapshot().expect("encodes"),
+        twin.sm.snapshot().expect("encodes")
+    );
 }

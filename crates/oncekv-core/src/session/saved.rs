@@ -2,18 +2,20 @@
 //!
 //! A client that waits for each reply before sending the next request has at most one
 //! saved response at a time, and most replies (a Put without `prev_kv`, a refusal, a
-//! lease revoke, a small delete) are just a revision and a tag. So the session keeps its
-//! *newest* saved seq inline, with that reply packed into 16 bytes when it fits, and puts
-//! everything else in a heap-allocated spill list that most sessions never have:
+//! lease revoke, a small delete) are just a revision and a tag. So a session with one
+//! saved response keeps it inline, packed into 8 bytes beside its seq and the fingerprint
+//! of the request that produced it; a session with several (a pipelined client), or with
+//! a reply that does not pack, keeps them in a heap-allocated spill list and only the
+//! newest seq inline:
 //!
 //! - a new request (a seq above the newest saved one) is decided without leaving the
 //!   session's own cache line, whatever the spill holds;
-//! - a duplicate of the newest seq with a packable reply is answered from the same line;
+//! - a duplicate of a sequential client's request is answered from the same line;
 //! - saving a packable reply of a client with nothing else outstanding allocates nothing.
 //!
-//! Which entry is inline depends on history (the order seqs were saved and acknowledged),
-//! so equality and the snapshot image use only the logical content: the saved `(seq,
-//! reply)` pairs in seq order.
+//! Which form a session is in depends on history (the order seqs were saved and
+//! acknowledged), so equality and the snapshot image use only the logical content: the
+//! saved `(seq, fingerprint, reply)` triples in seq order.
 
 use std::borrow::Cow;
 use std::num::NonZeroU64;
@@ -69,10 +71,6 @@ const PACKED_REVISION_LIMIT: i64 = 1 << 56;
 struct Packed(u64);
 
 impl Packed {
-    /// Marks a newest seq whose reply did not pack (it is the spill's last entry). No
-    /// reply packs to it: the top byte 0xff is no kind's code.
-    const SPILLED: Packed = Packed(u64::MAX);
-
     /// `None` if `reply` does not fit.
     #[inline]
     fn pack(reply: &OpReply) -> Option<Packed> {
@@ -120,8 +118,7 @@ impl Packed {
             }))
         };
         let Some(kind) = Kind::from_code(self.0 >> 56) else {
-            // Only `pack` makes a `Packed` (`SPILLED` is never unpacked: `Newest::packed`),
-            // and it packs only kinds that decode.
+            // Only `pack` makes a `Packed`, and it packs only kinds that decode.
             unreachable!("packed reply {:#x} has no kind", self.0)
         };
         let result = match kind {
@@ -135,24 +132,22 @@ impl Packed {
     }
 }
 
-/// The newest saved seq and its reply, packed when it fits. 16 bytes. (The seq is never 0:
-/// `Option<Newest>` is `None` there, and takes no space of its own.)
+/// The one saved reply of a session with nothing else saved: its seq, the reply packed,
+/// and the fingerprint of the request that produced it. 24 bytes; the seq is never 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Newest {
+pub(crate) struct Inline {
     seq: NonZeroU64,
-    /// [`Packed::SPILLED`]: the reply did not fit and is the spill's last entry.
     reply: Packed,
+    fingerprint: u64,
 }
 
-impl Newest {
-    fn seq(&self) -> u64 {
-        self.seq.get()
-    }
-
-    /// The packed reply; `None` if it is in the spill.
-    fn packed(&self) -> Option<&Packed> {
-        (self.reply != Packed::SPILLED).then_some(&self.reply)
-    }
+/// A saved reply kept whole in the spill list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    seq: u64,
+    /// [`Op::fingerprint`](crate::command::Op::fingerprint) of the request.
+    fingerprint: u64,
+    reply: OpReply,
 }
 
 /// A saved reply where a duplicate check found it: packed in the session record or in
@@ -163,24 +158,33 @@ pub struct SavedReply<'a>(Found<'a>);
 #[derive(Debug, Clone, Copy)]
 enum Found<'a> {
     /// In the session record (a reference, not a copy: the packed bytes are unaligned).
-    Packed(&'a Packed),
-    Spilled(&'a OpReply),
+    Packed(&'a Inline),
+    Spilled(&'a Entry),
 }
 
 impl SavedReply<'_> {
     /// The reply exactly as it was saved.
     pub fn to_reply(&self) -> OpReply {
         match self.0 {
-            Found::Packed(packed) => packed.unpack(),
-            Found::Spilled(reply) => reply.clone(),
+            Found::Packed(inline) => inline.reply.unpack(),
+            Found::Spilled(entry) => entry.reply.clone(),
+        }
+    }
+
+    /// The [`Op::fingerprint`](crate::command::Op::fingerprint) of the request that
+    /// produced the reply.
+    pub fn fingerprint(&self) -> u64 {
+        match self.0 {
+            Found::Packed(inline) => inline.fingerprint,
+            Found::Spilled(entry) => entry.fingerprint,
         }
     }
 }
 
-/// Compares the replies, wherever they are kept.
+/// Compares the replies and fingerprints, wherever they are kept.
 impl PartialEq for SavedReply<'_> {
     fn eq(&self, other: &Self) -> bool {
-        self.to_reply() == other.to_reply()
+        self.fingerprint() == other.fingerprint() && self.to_reply() == other.to_reply()
     }
 }
 
@@ -188,185 +192,204 @@ impl Eq for SavedReply<'_> {}
 
 /// Saved replies that are not inline: strictly increasing by seq, never empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Spill {
-    entries: Vec<(u64, OpReply)>,
+pub(crate) struct Spill {
+    entries: Vec<Entry>,
+}
+
+impl Spill {
+    fn find(&self, seq: u64) -> Option<&Entry> {
+        let i = self.entries.binary_search_by_key(&seq, |e| e.seq).ok()?;
+        self.entries.get(i)
+    }
 }
 
 /// A session's saved responses (24 bytes inline).
 ///
-/// Invariants (checked by [`validate`](Self::validate)): `newest` is `None` exactly when
-/// nothing is saved; `newest.seq` is the largest saved seq; the spill holds every other
-/// saved seq (and the newest one too when its reply does not pack, as its last entry),
-/// strictly increasing, and is `None` rather than empty.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Saved {
-    newest: Option<Newest>,
-    spill: Option<Box<Spill>>,
+/// Invariants (checked by [`validate`](Self::validate)): `One` holds a packed reply that
+/// round-trips; in `Spilled`, `newest` is 0 exactly when `spill` is `None` (nothing is
+/// saved), and otherwise the spill is non-empty, strictly increasing by seq, and `newest`
+/// is its last seq.
+#[derive(Debug, Clone)]
+pub(crate) enum Saved {
+    /// One reply, packed inline: the sequential client's steady state.
+    One(Inline),
+    /// Every saved reply in the spill list, or nothing saved. `newest` repeats the largest
+    /// saved seq so that a request above it is told new without reading the list.
+    Spilled {
+        newest: u64,
+        spill: Option<Box<Spill>>,
+    },
+}
+
+// The session record (`session/slots.rs`) is one cache line with this inside: the
+// spilled form fits beside the inline seq, whose 0 (no saved seq is 0) marks it.
+const _: () = assert!(std::mem::size_of::<Saved>() == 24);
+
+impl Default for Saved {
+    fn default() -> Saved {
+        Saved::EMPTY
+    }
 }
 
 impl Saved {
+    const EMPTY: Saved = Saved::Spilled {
+        newest: 0,
+        spill: None,
+    };
+
     /// The saved reply of `seq`. A seq above the newest saved one is answered without
     /// touching the spill.
     #[inline]
     pub(crate) fn get(&self, seq: u64) -> Option<SavedReply<'_>> {
-        let newest = self.newest.as_ref()?;
-        if seq > newest.seq() {
-            return None;
+        match self {
+            Saved::One(inline) => {
+                (inline.seq.get() == seq).then_some(SavedReply(Found::Packed(inline)))
+            }
+            Saved::Spilled { newest, spill } => {
+                if seq > *newest {
+                    return None;
+                }
+                let entry = spill.as_deref()?.find(seq)?;
+                Some(SavedReply(Found::Spilled(entry)))
+            }
         }
-        if seq == newest.seq()
-            && let Some(packed) = newest.packed()
-        {
-            return Some(SavedReply(Found::Packed(packed)));
-        }
-        let spill = self.spill.as_deref()?;
-        let i = spill.entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
-        let (_, reply) = spill.entries.get(i)?;
-        Some(SavedReply(Found::Spilled(reply)))
     }
 
     /// Whether `seq` has a saved reply; a seq above the newest saved one is answered
     /// without touching the spill.
     #[inline]
     pub(crate) fn contains(&self, seq: u64) -> bool {
-        match self.newest {
-            None => false,
-            Some(newest) if seq > newest.seq() => false,
-            Some(newest) if seq == newest.seq() => true,
-            Some(_) => self.spill.as_deref().is_some_and(|spill| {
-                spill
-                    .entries
-                    .binary_search_by_key(&seq, |(s, _)| *s)
-                    .is_ok()
-            }),
+        match self {
+            Saved::One(inline) => inline.seq.get() == seq,
+            Saved::Spilled { newest, spill } => {
+                seq <= *newest && spill.as_deref().is_some_and(|s| s.find(seq).is_some())
+            }
         }
     }
 
     /// Rule 3: forgets every reply below `first_incomplete`.
     #[inline]
     pub(crate) fn drop_below(&mut self, first_incomplete: u64) {
-        let Some(newest) = self.newest else {
-            return;
-        };
-        if newest.seq() < first_incomplete {
-            // A client that waits for each reply acknowledges everything: the usual case.
-            self.newest = None;
-            if self.spill.is_some() {
-                self.spill = None;
-            }
-            return;
-        }
-        self.drop_spilled_below(first_incomplete);
-    }
-
-    /// [`drop_below`](Self::drop_below) when the newest saved seq stays.
-    fn drop_spilled_below(&mut self, first_incomplete: u64) {
-        if let Some(spill) = &mut self.spill {
-            let keep_from = spill
-                .entries
-                .partition_point(|(seq, _)| *seq < first_incomplete);
-            if keep_from == spill.entries.len() {
-                self.spill = None;
-            } else {
-                spill.entries.drain(..keep_from);
-            }
-        }
-    }
-
-    /// Saves `reply` for `seq`, replacing a reply already saved for it (no caller does:
-    /// `check` admits only a seq with nothing saved, and a snapshot's seqs are strictly
-    /// increasing; kept so that seqs stay unique whatever the caller). Clones `reply` only
-    /// when it cannot be packed inline. (Saved seqs are never 0: the lowest is 1.)
-    #[inline]
-    pub(crate) fn insert(&mut self, seq: NonZeroU64, reply: &OpReply) {
-        match self.newest {
-            Some(newest) if seq < newest.seq => self.spill_insert(seq.get(), reply.clone()),
-            Some(newest) if seq == newest.seq => {
-                if newest.packed().is_none() {
-                    self.spill_pop();
+        match self {
+            Saved::One(inline) => {
+                // A client that waits for each reply acknowledges everything: the usual case.
+                if inline.seq.get() < first_incomplete {
+                    *self = Saved::EMPTY;
                 }
-                self.set_newest(seq, reply);
             }
-            Some(newest) => {
-                // The current newest becomes an ordinary older entry.
-                if let Some(older) = newest.packed() {
-                    self.spill_insert(newest.seq(), older.unpack());
+            Saved::Spilled { newest, spill } => {
+                if *newest < first_incomplete {
+                    if spill.is_some() {
+                        *self = Saved::EMPTY;
+                    }
+                } else if let Some(spill) = spill {
+                    // The newest entry stays, so the list does not become empty.
+                    let keep_from = spill.entries.partition_point(|e| e.seq < first_incomplete);
+                    spill.entries.drain(..keep_from);
                 }
-                self.set_newest(seq, reply);
             }
-            None => self.set_newest(seq, reply),
         }
     }
 
+    /// Saves `reply` for `seq`, with the fingerprint of the request that produced it,
+    /// replacing a reply already saved for it (no caller does: `check` admits only a seq
+    /// with nothing saved, and a snapshot's seqs are strictly increasing; kept so that seqs
+    /// stay unique whatever the caller). Clones `reply` only when it is not the session's
+    /// only saved reply or cannot be packed. (Saved seqs are never 0: the lowest is 1.)
     #[inline]
-    fn set_newest(&mut self, seq: NonZeroU64, reply: &OpReply) {
-        let packed = Packed::pack(reply).unwrap_or_else(|| {
-            self.spill_insert(seq.get(), reply.clone());
-            Packed::SPILLED
-        });
-        self.newest = Some(Newest { seq, reply: packed });
+    pub(crate) fn insert(&mut self, seq: NonZeroU64, reply: &OpReply, fingerprint: u64) {
+        if let Saved::Spilled { spill: None, .. } = self
+            && let Some(packed) = Packed::pack(reply)
+        {
+            *self = Saved::One(Inline {
+                seq,
+                reply: packed,
+                fingerprint,
+            });
+            return;
+        }
+        self.insert_spilled(seq, reply, fingerprint);
     }
 
+    /// [`insert`](Self::insert) when the reply goes to the spill list: something else is
+    /// saved (a pipelined client), or the reply does not pack.
     #[inline(never)]
-    fn spill_insert(&mut self, seq: u64, reply: OpReply) {
-        let spill = self.spill.get_or_insert_with(|| {
-            Box::new(Spill {
+    fn insert_spilled(&mut self, seq: NonZeroU64, reply: &OpReply, fingerprint: u64) {
+        if let Saved::One(inline) = self
+            && inline.seq == seq
+        {
+            *self = Saved::EMPTY;
+            return self.insert(seq, reply, fingerprint);
+        }
+        let mut spill = match std::mem::take(self) {
+            Saved::One(inline) => Box::new(Spill {
+                entries: vec![Entry {
+                    seq: inline.seq.get(),
+                    fingerprint: inline.fingerprint,
+                    reply: inline.reply.unpack(),
+                }],
+            }),
+            Saved::Spilled {
+                spill: Some(spill), ..
+            } => spill,
+            Saved::Spilled { spill: None, .. } => Box::new(Spill {
                 entries: Vec::with_capacity(2),
-            })
-        });
-        match spill.entries.binary_search_by_key(&seq, |(s, _)| *s) {
+            }),
+        };
+        let entry = Entry {
+            seq: seq.get(),
+            fingerprint,
+            reply: reply.clone(),
+        };
+        match spill.entries.binary_search_by_key(&entry.seq, |e| e.seq) {
             Ok(i) => {
-                if let Some(entry) = spill.entries.get_mut(i) {
-                    entry.1 = reply;
+                if let Some(old) = spill.entries.get_mut(i) {
+                    *old = entry;
                 }
             }
-            Err(i) => spill.entries.insert(i, (seq, reply)),
+            Err(i) => spill.entries.insert(i, entry),
         }
-    }
-
-    fn spill_pop(&mut self) {
-        if let Some(spill) = &mut self.spill {
-            spill.entries.pop();
-            if spill.entries.is_empty() {
-                self.spill = None;
-            }
-        }
+        let newest = spill.entries.last().map_or(0, |e| e.seq);
+        *self = Saved::Spilled {
+            newest,
+            spill: Some(spill),
+        };
     }
 
     pub(crate) fn len(&self) -> usize {
-        let spilled = self.spill.as_ref().map_or(0, |s| s.entries.len());
-        let packed = self
-            .newest
-            .and_then(|n| n.packed().copied())
-            .map_or(0, |_| 1);
-        spilled + packed
-    }
-
-    /// Every saved `(seq, reply)`, by seq (exact size, for serializing without copying).
-    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = (u64, Cow<'_, OpReply>)> {
-        let spilled = self
-            .spill
-            .as_deref()
-            .map_or(&[][..], |s| &s.entries[..])
-            .iter()
-            .map(|(seq, reply)| (*seq, Cow::Borrowed(reply)));
-        let packed = self
-            .newest
-            .and_then(|n| Some((n.seq(), Cow::Owned(n.packed()?.unpack()))));
-        ExactChain {
-            first: spilled,
-            last: packed,
+        match self {
+            Saved::One(_) => 1,
+            Saved::Spilled { spill, .. } => spill.as_ref().map_or(0, |s| s.entries.len()),
         }
     }
 
-    /// Rebuilds from `(seq, reply)` pairs (a snapshot's), which must be strictly increasing.
-    pub(crate) fn from_sorted(entries: Vec<(u64, OpReply)>) -> Result<Saved, String> {
+    /// Every saved `(seq, fingerprint, reply)`, by seq (exact size, for serializing without
+    /// copying).
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = (u64, u64, Cow<'_, OpReply>)> {
+        let (spilled, inline) = match self {
+            Saved::One(inline) => (&[][..], Some(inline)),
+            Saved::Spilled { spill, .. } => {
+                (spill.as_deref().map_or(&[][..], |s| &s.entries[..]), None)
+            }
+        };
+        ExactChain {
+            first: spilled
+                .iter()
+                .map(|e| (e.seq, e.fingerprint, Cow::Borrowed(&e.reply))),
+            last: inline.map(|i| (i.seq.get(), i.fingerprint, Cow::Owned(i.reply.unpack()))),
+        }
+    }
+
+    /// Rebuilds from `(seq, fingerprint, reply)` triples (a snapshot's), which must be
+    /// strictly increasing by seq.
+    pub(crate) fn from_sorted(entries: Vec<(u64, u64, OpReply)>) -> Result<Saved, String> {
         if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err("saved seqs not strictly increasing".into());
         }
         let mut saved = Saved::default();
-        for (seq, reply) in &entries {
+        for (seq, fingerprint, reply) in &entries {
             let seq = NonZeroU64::new(*seq).ok_or("saved seq 0")?;
-            saved.insert(seq, reply);
+            saved.insert(seq, reply, *fingerprint);
         }
         Ok(saved)
     }
@@ -374,41 +397,30 @@ impl Saved {
     /// Checks the layout invariants (see the type's docs) and that every saved seq lies in
     /// `[acked_below, acked_below + window)`.
     pub(crate) fn validate(&self, acked_below: u64, window: u64) -> Result<(), String> {
-        let spilled = self.spill.as_deref().map_or(&[][..], |s| &s.entries[..]);
-        if self.spill.is_some() && spilled.is_empty() {
-            return Err("empty spill list kept allocated".into());
+        match self {
+            Saved::One(inline) => {
+                let seq = inline.seq.get();
+                if Kind::from_code(inline.reply.0 >> 56).is_none() {
+                    return Err(format!("inline reply of seq {seq} has no kind"));
+                }
+                if Packed::pack(&inline.reply.unpack()) != Some(inline.reply) {
+                    return Err(format!("inline reply of seq {seq} does not round-trip"));
+                }
+            }
+            Saved::Spilled { newest, spill } => {
+                let entries = spill.as_deref().map_or(&[][..], |s| &s.entries[..]);
+                if spill.is_some() && entries.is_empty() {
+                    return Err("empty spill list kept allocated".into());
+                }
+                if entries.windows(2).any(|w| w[0].seq >= w[1].seq) {
+                    return Err("spilled seqs not strictly increasing".into());
+                }
+                if entries.last().map_or(0, |e| e.seq) != *newest {
+                    return Err(format!("newest seq {newest} is not the spill's last"));
+                }
+            }
         }
-        if spilled.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err("spilled seqs not strictly increasing".into());
-        }
-        let Some(newest) = self.newest else {
-            return if spilled.is_empty() {
-                Ok(())
-            } else {
-                Err("spilled replies but no newest seq".into())
-            };
-        };
-        let last_spilled = spilled.last().map(|(seq, _)| *seq);
-        let seq = newest.seq();
-        match newest.packed() {
-            None if last_spilled != Some(seq) => {
-                return Err(format!(
-                    "newest seq {seq} marked spilled but not the spill's last"
-                ));
-            }
-            None => {}
-            Some(_) if last_spilled.is_some_and(|s| s >= seq) => {
-                return Err(format!("inline seq {seq} is not above every spilled seq"));
-            }
-            Some(packed) if Kind::from_code(packed.0 >> 56).is_none() => {
-                return Err(format!("inline reply of seq {seq} has no kind"));
-            }
-            Some(packed) if Packed::pack(&packed.unpack()) != Some(*packed) => {
-                return Err(format!("inline reply of seq {seq} does not round-trip"));
-            }
-            Some(_) => {}
-        }
-        for (seq, _) in self.iter() {
+        for (seq, _, _) in self.iter() {
             // Exact arithmetic, as in rule 6: `seq - acked_below` cannot wrap here.
             if seq < acked_below || seq - acked_below >= window {
                 return Err(format!(
@@ -478,8 +490,29 @@ mod tests {
         NonZeroU64::new(seq).expect("saved seqs start at 1")
     }
 
-    fn contents(s: &Saved) -> Vec<(u64, OpReply)> {
-        s.iter().map(|(seq, r)| (seq, r.into_owned())).collect()
+    fn contents(s: &Saved) -> Vec<(u64, u64, OpReply)> {
+        s.iter()
+            .map(|(seq, f, r)| (seq, f, r.into_owned()))
+            .collect()
+    }
+
+    /// A stand-in for the fingerprint of the request with this seq.
+    fn fp(seq: u64) -> u64 {
+        seq.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn is_inline(s: &Saved) -> bool {
+        matches!(s, Saved::One(_))
+    }
+
+    fn is_empty(s: &Saved) -> bool {
+        matches!(
+            s,
+            Saved::Spilled {
+                newest: 0,
+                spill: None
+            }
+        )
     }
 
     /// Every reply shape that can be packed comes back unchanged: duplicates must be
@@ -516,8 +549,7 @@ mod tests {
         }
     }
 
-    /// Every store error has a one-byte code that reads back as itself, and no code
-    /// collides with the marker of a spilled reply.
+    /// Every store error has a one-byte code that reads back as itself.
     #[test]
     fn every_error_has_a_code_that_reads_back() {
         for (i, e) in OpError::ALL.iter().enumerate() {
@@ -527,16 +559,15 @@ mod tests {
             );
             let kind = Kind::Refused(*e);
             assert_eq!(Kind::from_code(kind.code()), Some(kind));
-            assert!(kind.code() < Packed::SPILLED.0 >> 56);
+            assert!(kind.code() <= 0xff);
         }
-        assert_eq!(Kind::from_code(Packed::SPILLED.0 >> 56), None);
         assert_eq!(Kind::from_code(4 + OpError::ALL.len() as u64), None);
     }
 
     /// A snapshot naming seq 0 (no request has it) is refused, not restored.
     #[test]
     fn a_saved_seq_of_zero_is_refused() {
-        assert!(Saved::from_sorted(vec![(0, put(1)), (1, put(2))]).is_err());
+        assert!(Saved::from_sorted(vec![(0, 0, put(1)), (1, 1, put(2))]).is_err());
     }
 
     /// Replies that do not fit are kept whole in the spill, never truncated.
@@ -545,9 +576,10 @@ mod tests {
         for reply in [put(-1), put(PACKED_REVISION_LIMIT), put_with_prev(4)] {
             assert_eq!(Packed::pack(&reply), None);
             let mut s = Saved::default();
-            s.insert(nz(1), &reply);
+            s.insert(nz(1), &reply, fp(1));
             assert_eq!(s.get(1).map(|r| r.to_reply()), Some(reply.clone()));
-            assert_eq!(contents(&s), vec![(1, reply)]);
+            assert_eq!(s.get(1).map(|r| r.fingerprint()), Some(fp(1)));
+            assert_eq!(contents(&s), vec![(1, fp(1), reply)]);
             s.validate(1, 8).expect("valid");
         }
     }
@@ -556,12 +588,14 @@ mod tests {
     #[test]
     fn one_packable_reply_stays_inline() {
         let mut s = Saved::default();
-        s.insert(nz(1), &put(2));
-        assert!(s.spill.is_none());
+        s.insert(nz(1), &put(2), fp(1));
+        assert!(is_inline(&s));
         s.drop_below(2);
-        s.insert(nz(2), &put(3));
-        assert!(s.spill.is_none());
-        assert_eq!(contents(&s), vec![(2, put(3))]);
+        assert!(is_empty(&s));
+        s.insert(nz(2), &put(3), fp(2));
+        assert!(is_inline(&s));
+        assert_eq!(s.get(2).map(|r| r.fingerprint()), Some(fp(2)));
+        assert_eq!(contents(&s), vec![(2, fp(2), put(3))]);
     }
 
     /// Out-of-order saves (pipelined requests) keep every reply, by seq.
@@ -574,20 +608,23 @@ mod tests {
             } else {
                 put(seq as i64)
             };
-            s.insert(nz(seq), &reply);
+            s.insert(nz(seq), &reply, fp(seq));
             s.validate(1, 8).expect("valid");
         }
-        let seqs: Vec<u64> = s.iter().map(|(seq, _)| seq).collect();
+        let seqs: Vec<u64> = s.iter().map(|(seq, _, _)| seq).collect();
         assert_eq!(seqs, [1, 2, 3, 4, 5]);
         assert_eq!(s.get(4).map(|r| r.to_reply()), Some(put_with_prev(4)));
         assert_eq!(s.get(5).map(|r| r.to_reply()), Some(put(5)));
+        for seq in 1..=5 {
+            assert_eq!(s.get(seq).map(|r| r.fingerprint()), Some(fp(seq)));
+        }
         assert_eq!(s.get(6), None);
         s.drop_below(4);
         s.validate(4, 8).expect("valid");
-        assert_eq!(s.iter().map(|(seq, _)| seq).collect::<Vec<_>>(), [4, 5]);
+        assert_eq!(s.iter().map(|(seq, _, _)| seq).collect::<Vec<_>>(), [4, 5]);
         s.drop_below(6);
         assert_eq!(s.len(), 0);
-        assert!(s.spill.is_none() && s.newest.is_none());
+        assert!(is_empty(&s));
     }
 
     /// `contains` (which the duplicate check asks first) agrees with `get` for every seq,
@@ -607,7 +644,7 @@ mod tests {
             } else {
                 put(seq as i64)
             };
-            s.insert(nz(seq), &reply);
+            s.insert(nz(seq), &reply, fp(seq));
             agree(&s);
         }
         for acked in [2, 4, 8, 10] {
@@ -621,11 +658,35 @@ mod tests {
     #[test]
     fn equal_content_compares_equal_whatever_the_placement() {
         let mut a = Saved::default();
-        a.insert(nz(1), &put(1));
-        a.insert(nz(2), &put_with_prev(2));
+        a.insert(nz(1), &put(1), fp(1));
+        a.insert(nz(2), &put_with_prev(2), fp(2));
         let b = Saved::from_sorted(contents(&a)).expect("sorted");
         assert_eq!(a, b);
         assert_eq!(contents(&a), contents(&b));
-        assert!(Saved::from_sorted(vec![(2, put(1)), (2, put(2))]).is_err());
+        assert!(Saved::from_sorted(vec![(2, 2, put(1)), (2, 2, put(2))]).is_err());
+        // One reply, inline in one and spilled in the other.
+        let mut inline = Saved::default();
+        inline.insert(nz(3), &put(3), fp(3));
+        let mut spilled = Saved::default();
+        spilled.insert(nz(2), &put(2), fp(2));
+        spilled.insert(nz(3), &put(3), fp(3));
+        spilled.drop_below(3);
+        assert!(is_inline(&inline) && !is_inline(&spilled));
+        assert_eq!(inline, spilled);
+    }
+
+    /// The fingerprint is content: the same reply saved for another request is another
+    /// saved state (a replica that lost a fingerprint would answer a reused seq wrongly).
+    #[test]
+    fn fingerprints_are_part_of_equality() {
+        let (mut a, mut b) = (Saved::default(), Saved::default());
+        a.insert(nz(1), &put(1), fp(1));
+        b.insert(nz(1), &put(1), fp(1) ^ 1);
+        assert_ne!(a, b);
+        a.insert(nz(2), &put_with_prev(2), fp(2));
+        b = Saved::from_sorted(contents(&a)).expect("sorted");
+        assert_eq!(a, b);
+        b.insert(nz(2), &put_with_prev(2), 0);
+        assert_ne!(a, b);
     }
 }

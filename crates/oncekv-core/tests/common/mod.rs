@@ -65,7 +65,7 @@ impl Replica {
 
     /// Registers a session; returns its client id.
     pub fn register(&mut self, secret: Secret) -> u64 {
-        match self.one(Command::RegisterClient { secret }) {
+        match self.one(Command::RegisterClient { secret, nonce: 0 }) {
             Response::Registered { client_id, .. } => client_id,
             other => panic!("registration refused: {other:?}"),
         }

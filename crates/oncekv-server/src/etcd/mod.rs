@@ -61,6 +61,7 @@ impl From<ApiError> for Status {
                 SessionError::WindowExceeded { .. } => {
                     (Code::ResourceExhausted, ErrorDetail::WindowExceeded)
                 }
+                SessionError::SeqReused { .. } => (Code::FailedPrecondition, Some("seq-reused")),
             },
             ApiError::Propose(p) => match p {
                 ProposeError::NotLeader { .. } => (Code::Unavailable, ErrorDetail::NotLeader),

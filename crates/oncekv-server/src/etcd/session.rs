@@ -42,8 +42,11 @@ impl Session for SessionService {
         let mut secret = [0u8; 16];
         // The OS-seeded thread RNG, or the simulation's seeded one (deterministic runs).
         crate::runtime::RaftRng.fill_bytes(&mut secret);
+        // No nonce yet: the Register RPC does not carry one (every registration opens a
+        // new session).
         let command = Command::RegisterClient {
             secret: Secret(secret),
+            nonce: 0,
         };
         match self.node.propose(command).await.map_err(ApiError::from)? {
             CoreResponse::Registered {
