@@ -16,6 +16,7 @@ use oncekv_core::{RequestTracker, Secret};
 use oncekv_proto::metadata;
 use oncekv_proto::oncekv::session_client::SessionClient;
 use oncekv_proto::oncekv::{RegisterRequest, SessionCloseRequest, SessionKeepAliveRequest};
+use rand::RngCore;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tonic::Request;
@@ -169,18 +170,25 @@ impl Drop for InFlight {
 }
 
 /// Registers a new session, retrying transport failures within the retry budget, and
-/// starts its keep-alive if configured. Registration itself is not deduplicated: a lost
-/// reply leaves an unused session on the server, which simply expires after its TTL.
+/// starts its keep-alive if configured. Every attempt carries the same random nonce, so a
+/// retry whose first reply was lost gets the session that attempt opened, not a second
+/// one left to expire unused.
 pub(crate) async fn register(
     transport: &Arc<Transport>,
     config: &ClientConfig,
 ) -> Result<Arc<Session>, Error> {
     let mut budget = Budget::new(config);
+    let mut nonce = [0u8; 16];
+    // The OS-seeded thread RNG (a CSPRNG), or the simulation's seeded one.
+    oncekv_proto::rng::SeededRng.fill_bytes(&mut nonce);
+    let nonce = Bytes::copy_from_slice(&nonce);
     loop {
         let i = transport.current();
         let url = transport.url(i).to_string();
         let timeout = budget.start_attempt();
-        let mut request = Request::new(RegisterRequest {});
+        let mut request = Request::new(RegisterRequest {
+            nonce: nonce.clone(),
+        });
         request.set_timeout(timeout);
         let (generation, channel) = transport.channel_with_generation(i);
         let mut client = SessionClient::new(channel);

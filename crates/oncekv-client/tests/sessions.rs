@@ -42,6 +42,29 @@ async fn session_is_registered_by_the_first_write_only() {
     );
 }
 
+// A registration whose reply is lost is retried with the same nonce and gets the session
+// it opened: no orphan session lingers on the server until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_register_reply_leaves_no_orphan_session() {
+    let cluster = TestCluster::start(1, |_| {}).await;
+    let leader = cluster.wait_leader(LEADER_WAIT).await;
+    let proxy = Proxy::start(cluster.node(leader).client_addr).await;
+    let client = Client::connect([proxy.url()], ClientConfig::default()).unwrap();
+    // Reply turns from here: 1 the get (passes), 2 the registration (swallowed), 3 its
+    // retry (passes), 4 the put (swallowed), 5 its retry (passes).
+    proxy.0.set_swallow_every(2);
+    assert_eq!(client.get("k").await.unwrap(), None);
+    client.put("k", "v").await.unwrap();
+    assert!(proxy.0.stats().replies_swallowed >= 2);
+    assert_eq!(
+        cluster.sessions(leader),
+        1,
+        "the retried registration opened a second session"
+    );
+    assert!(cluster.has_session(leader, client.session_id().unwrap()));
+    assert_eq!(client.stats().sessions_registered, 1);
+}
+
 // If nothing of a request can have run under the expired session, re-sending it under a
 // new one is safe, so the caller should not see an error at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,7 +143,11 @@ pub struct NodeCore {
     pub members: BTreeMap<NodeId, Member>,
     /// Tracked requests being proposed by this node, keyed by `(client_id, seq)`: a retry
     /// that arrives meanwhile waits for the original instead of being proposed again.
-    pub in_flight: WaitingList<(u64, u64), Result<Response, ProposeError>, ProposeError>,
+    /// Tracked commands being proposed through this node, by `(client_id, seq,
+    /// fingerprint)`: a retry of the same request joins the original, while a different
+    /// request under the same seq does not (the state machine refuses it as `SeqReused`
+    /// instead of it receiving the other request's reply).
+    pub in_flight: WaitingList<(u64, u64, u64), Result<Response, ProposeError>, ProposeError>,
     /// The unacknowledged tail the log store cut off when this node started, if any.
     pub torn_tail: Option<TornTail>,
 }

@@ -81,7 +81,7 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
             .unwrap();
     for _ in 0..3 {
         sessions
-            .register(oncekv_server::pb::oncekv::RegisterRequest {})
+            .register(oncekv_server::pb::oncekv::RegisterRequest::default())
             .await
             .unwrap();
     }

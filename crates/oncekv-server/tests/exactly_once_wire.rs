@@ -21,7 +21,11 @@ struct Session {
 
 async fn register(endpoint: String) -> Session {
     let mut s = SessionClient::connect(endpoint).await.unwrap();
-    let r = s.register(RegisterRequest {}).await.unwrap().into_inner();
+    let r = s
+        .register(RegisterRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
     Session {
         client_id: r.client_id,
         secret: r.secret.as_ref().try_into().unwrap(),
@@ -187,7 +191,8 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
     let s1 = Session { ..s };
     let original = tokio::spawn(async move { kv1.put(tracked_put(&s1, 1, 1, "k", "v")).await });
     let core = cluster.node(leader).core.clone();
-    while !core.in_flight.contains_key(&(s.client_id, 1)) {
+    let fingerprint = oncekv_core::Op::put("k", "v").fingerprint();
+    while !core.in_flight.contains_key(&(s.client_id, 1, fingerprint)) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let retry = tokio::spawn({
@@ -214,6 +219,86 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
     );
     let mut kv = cluster.kv(leader).await;
     assert_eq!(version(&mut kv, "k").await, 1);
+}
+
+// A seq reused for a different request (a client bug, or a forged retry) must never be
+// answered with the other request's saved reply, and never run: it gets FailedPrecondition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_reused_for_another_key_or_operation_is_refused() {
+    let cluster = TestCluster::start(1, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let s = register(cluster.endpoint(leader)).await;
+    let mut kv = cluster.kv(leader).await;
+    let first = kv.put(tracked_put(&s, 1, 1, "k", "v")).await.unwrap();
+    let retry = kv.put(tracked_put(&s, 1, 1, "k", "v")).await.unwrap();
+    assert_eq!(
+        first.into_inner(),
+        retry.into_inner(),
+        "a true retry is absorbed"
+    );
+
+    let other_key = kv
+        .put(tracked_put(&s, 1, 1, "other", "v"))
+        .await
+        .unwrap_err();
+    let mut delete = tonic::Request::new(oncekv_server::pb::etcdserverpb::DeleteRangeRequest {
+        key: "k".into(),
+        ..Default::default()
+    });
+    *delete.metadata_mut() = tracked_put(&s, 1, 1, "k", "v").metadata().clone();
+    let other_op = kv.delete_range(delete).await.unwrap_err();
+    for err in [other_key, other_op] {
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+        assert_eq!(
+            err.message(),
+            "oncekv: seq 1 was already used for a different request"
+        );
+        assert_eq!(
+            err.metadata().get("oncekv-error").unwrap(),
+            "seq-reused",
+            "the client must recognise it as an answer"
+        );
+    }
+    assert_eq!(version(&mut kv, "k").await, 1, "the delete did not run");
+    assert_eq!(
+        version(&mut kv, "other").await,
+        0,
+        "the other put did not run"
+    );
+}
+
+// A retried registration whose first reply was lost returns the same session, so no
+// orphan session is left behind to linger until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_registration_with_the_same_nonce_returns_the_same_session() {
+    let cluster = TestCluster::start(1, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut s = SessionClient::connect(cluster.endpoint(leader))
+        .await
+        .unwrap();
+    let nonce = Bytes::from_static(&[7; 16]);
+    let request = || RegisterRequest {
+        nonce: nonce.clone(),
+    };
+    let a = s.register(request()).await.unwrap().into_inner();
+    let b = s.register(request()).await.unwrap().into_inner();
+    assert_eq!((a.client_id, &a.secret), (b.client_id, &b.secret));
+    assert_eq!(cluster.sessions(leader), 1);
+    let c = s
+        .register(RegisterRequest {
+            nonce: Bytes::from_static(&[8; 16]),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(c.client_id, a.client_id);
+    let bad = s
+        .register(RegisterRequest {
+            nonce: Bytes::from_static(&[1; 5]),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
 }
 
 // The session table lives in snapshots: after compaction has removed the log entry that

@@ -90,6 +90,7 @@ pub fn now_ms() -> u64 {
 
 fn config() -> ClientConfig {
     ClientConfig {
+        attempt_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_millis(1_500),
         connect_timeout: Duration::from_millis(300),
         max_attempts: 60,
@@ -98,6 +99,7 @@ fn config() -> ClientConfig {
         backoff_cap: Duration::from_millis(400),
         keep_alive: true,
         exactly_once: true,
+        ..ClientConfig::default()
     }
 }
 

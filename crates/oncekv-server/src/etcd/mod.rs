@@ -61,7 +61,9 @@ impl From<ApiError> for Status {
                 SessionError::WindowExceeded { .. } => {
                     (Code::ResourceExhausted, ErrorDetail::WindowExceeded)
                 }
-                SessionError::SeqReused { .. } => (Code::FailedPrecondition, Some("seq-reused")),
+                SessionError::SeqReused { .. } => {
+                    (Code::FailedPrecondition, ErrorDetail::SeqReused)
+                }
             },
             ApiError::Propose(p) => match p {
                 ProposeError::NotLeader { .. } => (Code::Unavailable, ErrorDetail::NotLeader),
@@ -166,6 +168,7 @@ impl NodeCore {
     async fn execute_once(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
         let response = match meta {
             Some(m) => {
+                let key = (m.client_id, m.seq, op.fingerprint());
                 let command = Command::Tracked(Tracked {
                     client_id: m.client_id,
                     secret: m.secret,
@@ -173,7 +176,7 @@ impl NodeCore {
                     first_incomplete: m.first_incomplete,
                     op,
                 });
-                self.propose_tracked((m.client_id, m.seq), command).await?
+                self.propose_tracked(key, command).await?
             }
             None => self.propose(Command::Untracked(op)).await?,
         };
@@ -184,13 +187,14 @@ impl NodeCore {
         }
     }
 
-    /// Proposes a tracked command, or, if the same `(client_id, seq)` is already being
+    /// Proposes a tracked command, or, if the same request (`(client_id, seq)` and op
+    /// fingerprint) is already being
     /// proposed through this node, waits for that one's response (the request waiting
     /// list). Correctness does not depend on this: a duplicate that does get proposed is
     /// answered from the session's saved response by the state machine.
     async fn propose_tracked(
         &self,
-        key: (u64, u64),
+        key: (u64, u64, u64),
         command: Command,
     ) -> Result<Response, ProposeError> {
         if self.in_flight.contains_key(&key) {

@@ -11,6 +11,17 @@ use crate::node::NodeCore;
 use crate::pb::oncekv as pb;
 use crate::pb::oncekv::session_server::Session;
 
+/// Empty: no nonce (0); otherwise exactly 16 bytes, not all zero.
+fn nonce_from_bytes(bytes: &[u8]) -> Result<u128, ApiError> {
+    if bytes.is_empty() {
+        return Ok(0);
+    }
+    let arr: [u8; 16] = bytes.try_into().map_err(|_| {
+        ApiError::InvalidArgument("oncekv: a registration nonce is 16 bytes".into())
+    })?;
+    Ok(u128::from_be_bytes(arr))
+}
+
 fn secret_from_bytes(bytes: &[u8]) -> Result<Secret, ApiError> {
     let arr: [u8; 16] = bytes
         .try_into()
@@ -37,16 +48,17 @@ impl SessionService {
 impl Session for SessionService {
     async fn register(
         &self,
-        _request: Request<pb::RegisterRequest>,
+        request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
+        let nonce = nonce_from_bytes(&request.get_ref().nonce)?;
         let mut secret = [0u8; 16];
         // The OS-seeded thread RNG, or the simulation's seeded one (deterministic runs).
         crate::runtime::RaftRng.fill_bytes(&mut secret);
-        // No nonce yet: the Register RPC does not carry one (every registration opens a
-        // new session).
+        // With a nonce a live session already has, the state machine answers with that
+        // session (this secret is then unused): a retried registration opens nothing new.
         let command = Command::RegisterClient {
             secret: Secret(secret),
-            nonce: 0,
+            nonce,
         };
         match self.node.propose(command).await.map_err(ApiError::from)? {
             CoreResponse::Registered {
