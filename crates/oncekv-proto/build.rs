@@ -36,6 +36,8 @@ fn main() -> std::io::Result<()> {
         // Unserved RPCs (MemberAdd, Alarm, Snapshot, ...) answer Unimplemented by default;
         // with default stubs, streaming methods return `BoxStream<T>`.
         .generate_default_stubs(true)
+        // prost's codec, but a request that does not decode is InvalidArgument.
+        .codec_path("crate::codec::Codec")
         // Keys, values and raft payloads as `bytes::Bytes`: decoding slices the request
         // buffer instead of copying.
         .bytes(".")

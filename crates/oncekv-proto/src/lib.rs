@@ -5,6 +5,7 @@
 //!   Client stubs always; server stubs with the `server` feature. All `bytes` fields are
 //!   [`bytes::Bytes`]. Server traits have default methods that answer `Unimplemented`,
 //!   so a server overrides only what it serves.
+//! - [`codec`]: prost's codec, with undecodable requests answered InvalidArgument.
 //! - [`metadata`]: the four request metadata keys that make a write exactly-once.
 //! - [`detail`]: the machine-readable error details and the class of each (retry, answer,
 //!   bug).
@@ -14,6 +15,7 @@
 //! etcd's field names are kept, so prost's snake-casing gives names such as `ttl`, `id`,
 //! `granted_ttl`, `peer_ur_ls`, `client_ur_ls`, `db_size`, `member_id`.
 
+pub mod codec;
 pub mod detail;
 pub mod metadata;
 pub mod net;

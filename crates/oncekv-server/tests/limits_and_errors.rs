@@ -123,3 +123,40 @@ async fn without_a_quorum_writes_are_unavailable() {
         started.elapsed()
     );
 }
+
+/// A txn whose success branch is a txn, `depth` levels deep, with a put at the bottom.
+fn nested_txn(depth: usize) -> TxnRequest {
+    let mut txn = TxnRequest {
+        success: vec![put_op("deep")],
+        ..Default::default()
+    };
+    for _ in 1..depth {
+        txn = TxnRequest {
+            success: vec![RequestOp {
+                request: Some(Request::RequestTxn(txn)),
+            }],
+            ..Default::default()
+        };
+    }
+    txn
+}
+
+// A txn nested past the decoder's limit is the caller's mistake: InvalidArgument with one
+// short line naming the limit, not Internal with the decoder's 2,000-character field path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_txn_nested_deeper_than_the_decoder_allows_is_invalid_argument() {
+    let cluster = TestCluster::start(1, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut kv = cluster.kv(leader).await;
+    let limit = oncekv_proto::codec::MAX_TXN_DEPTH;
+    let ok = kv.txn(nested_txn(limit)).await.unwrap().into_inner();
+    assert!(ok.succeeded, "{limit} levels are within the limit");
+    let err = kv.txn(nested_txn(limit + 1)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert_eq!(
+        err.message(),
+        format!("oncekv: the request nests txns deeper than {limit} levels")
+    );
+    let err = kv.txn(nested_txn(130)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+}
