@@ -8,7 +8,10 @@
 //!   snapshot file.
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers.
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
+//! - [`authority`]: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
+//!   HTTP/2's `:authority`, which h2 refuses.
 
+pub mod authority;
 pub mod disk;
 pub mod etcd;
 pub mod forwarder;
