@@ -4,7 +4,7 @@
 //! nested txn runs to thousands of characters).
 
 use tonic::Status;
-use tonic::codec::{BufferSettings, DecodeBuf, Decoder as _};
+use tonic::codec::{BufferSettings, DecodeBuf};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 /// How many txns deep a request may nest. prost refuses messages nested deeper than

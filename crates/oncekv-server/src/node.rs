@@ -350,7 +350,7 @@ impl Node {
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
-            crate::services::incoming(client_listener),
+            crate::services::client_incoming(client_listener),
             crate::services::incoming(peer_listener),
         ))
     }

@@ -38,6 +38,19 @@ pub fn incoming(
     })
 }
 
+/// The client port's connections: [`incoming`], each read through
+/// [`SchemeTolerant`](crate::authority::SchemeTolerant) so that etcdctl 3.4's `--cluster`
+/// requests (a URL as the HTTP/2 authority) are served rather than reset.
+pub fn client_incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<
+    Item = std::io::Result<crate::authority::SchemeTolerant<tokio::net::TcpStream>>,
+> + Send
++ 'static {
+    use futures::StreamExt;
+    incoming(listener).map(|conn| conn.map(crate::authority::SchemeTolerant::new))
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }

@@ -222,6 +222,21 @@ fn etcdctl_works_against_oncekv_dev_and_data_survives_a_restart() {
     // etcdctl 3.4 prints health results on stderr.
     let (_, out) = c.etcdctl_full(&["endpoint", "health"], "");
     assert_eq!(out.matches("is healthy").count(), 3, "{out}");
+    // --cluster dials every member's client URL from the member list, sending the URL
+    // (scheme included) as the HTTP/2 authority.
+    let status = json(&c.etcdctl(&["endpoint", "status", "--cluster", "-w", "json"]));
+    let mut dialed: Vec<String> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["Endpoint"].as_str().unwrap().to_string())
+        .collect();
+    dialed.sort();
+    let mut want: Vec<String> = c.endpoints.iter().map(|e| format!("http://{e}")).collect();
+    want.sort();
+    assert_eq!(dialed, want, "{status}");
+    let (_, out) = c.etcdctl_full(&["endpoint", "health", "--cluster"], "");
+    assert_eq!(out.matches("is healthy").count(), 3, "{out}");
 
     // ctrl-C stops cleanly; the same --data-dir reopens the same data.
     let before = json(&c.etcdctl(&["get", "greeting", "-w", "json"]))["header"]["revision"]
