@@ -3,12 +3,15 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use crate::config::ClientConfig;
 use crate::error::{Error, Failure, classify, timed_out};
+use crate::hedge::Latencies;
 use crate::retry::Budget;
 use crate::session::{self, InFlight, Session};
 use crate::transport::Transport;
@@ -32,6 +35,8 @@ struct Inner {
     /// Held while registering, so concurrent first calls share one registration.
     registering: tokio::sync::Mutex<()>,
     counters: Counters,
+    /// Recent write latencies (when to hedge).
+    latencies: Latencies,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +45,7 @@ struct Counters {
     retries: AtomicU64,
     outcome_unknown: AtomicU64,
     sessions_registered: AtomicU64,
+    hedges: AtomicU64,
 }
 
 /// What a client has done so far (all clones of it together).
@@ -53,6 +59,9 @@ pub struct ClientStats {
     pub outcome_unknown: u64,
     /// Sessions registered (the first one, and one after each expiry).
     pub sessions_registered: u64,
+    /// Writes sent a second time to another member because the first copy was slow
+    /// ([`ClientConfig::hedge_writes`]).
+    pub hedges: u64,
 }
 
 /// Whether a call changes state (and so is tracked and may end in `OutcomeUnknown`).
@@ -93,6 +102,7 @@ impl Client {
                 session: Mutex::new(None),
                 registering: tokio::sync::Mutex::new(()),
                 counters: Counters::default(),
+                latencies: Latencies::default(),
             }),
         })
     }
@@ -108,6 +118,7 @@ impl Client {
             retries: c.retries.load(Ordering::Relaxed),
             outcome_unknown: c.outcome_unknown.load(Ordering::Relaxed),
             sessions_registered: c.sessions_registered.load(Ordering::Relaxed),
+            hedges: c.hedges.load(Ordering::Relaxed),
         }
     }
 
@@ -202,15 +213,55 @@ impl Client {
             if budget.attempts() > 1 {
                 counters.retries.fetch_add(1, Ordering::Relaxed);
             }
-            let mut request = Request::new(req.clone());
-            request.set_timeout(timeout);
-            if let Some(t) = &tracked {
-                t.session.attach(&mut request, t.seq);
-            }
+            let request = |timeout: Duration| {
+                let mut request = Request::new(req.clone());
+                request.set_timeout(timeout);
+                if let Some(t) = &tracked {
+                    t.session.attach(&mut request, t.seq);
+                }
+                request
+            };
+            let hedge_after = self.hedge_after(tracked.is_some(), budget.attempts());
             let (generation, channel) = transport.channel_with_generation(i);
-            let failure = match tokio::time::timeout(timeout, send(channel, request)).await {
+            let started = Instant::now();
+            let attempt = async {
+                let first = send(channel, request(timeout));
+                let Some(delay) = hedge_after else {
+                    return first.await;
+                };
+                tokio::pin!(first);
+                tokio::select! {
+                    r = &mut first => return r,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                // The same (client id, seq) to the next member: whichever copy the
+                // cluster sees second is absorbed, so the first success is the answer.
+                counters.hedges.fetch_add(1, Ordering::Relaxed);
+                let other = (i + 1) % transport.len();
+                let second = send(
+                    transport.channel(other),
+                    request(timeout.saturating_sub(delay)),
+                );
+                tokio::pin!(second);
+                tokio::select! {
+                    r = &mut first => match r {
+                        Ok(resp) => Ok(resp),
+                        Err(status) => second.await.map_err(|_| status),
+                    },
+                    r = &mut second => match r {
+                        Ok(resp) => Ok(resp),
+                        Err(_) => first.await,
+                    },
+                }
+            };
+            let failure = match tokio::time::timeout(timeout, attempt).await {
                 // Dropping `tracked` completes the seq.
-                Ok(Ok(resp)) => return Ok(resp),
+                Ok(Ok(resp)) => {
+                    if kind == Kind::Write {
+                        self.inner.latencies.record(started.elapsed());
+                    }
+                    return Ok(resp);
+                }
                 Ok(Err(status)) => {
                     if timed_out(&status) {
                         transport.reconnect(i, generation);
@@ -277,6 +328,14 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// How long the first attempt of a tracked write waits before it is hedged; `None`
+    /// when it is not (hedging off, an untracked call, a retry, a single endpoint).
+    fn hedge_after(&self, tracked: bool, attempt: u32) -> Option<Duration> {
+        let config = &self.inner.config;
+        (config.hedge_writes && tracked && attempt == 1 && self.inner.transport.len() > 1)
+            .then(|| self.inner.latencies.hedge_after(config.hedge_after_min))
     }
 
     fn outcome_unknown(

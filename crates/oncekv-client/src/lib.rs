@@ -73,6 +73,7 @@ mod client;
 mod cluster;
 mod config;
 mod error;
+mod hedge;
 mod kv;
 mod lease;
 pub mod options;

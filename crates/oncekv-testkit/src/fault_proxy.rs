@@ -91,6 +91,10 @@ pub struct Delay {
     pub to_client: Duration,
     /// Up to this much more, drawn per chunk, in each direction with a non-zero delay.
     pub jitter: Duration,
+    /// `Some((n, extra))`: one server→client chunk in `n` (drawn at random) is held
+    /// `extra` longer, and the chunks behind it wait with it: a member that stalls now
+    /// and then (a disk hiccup, a pause), the tail that hedged requests cut.
+    pub stalls: Option<(u32, Duration)>,
 }
 
 impl Delay {
@@ -99,7 +103,7 @@ impl Delay {
         Delay {
             to_server: delay,
             to_client: delay,
-            jitter: Duration::ZERO,
+            ..Delay::default()
         }
     }
 
@@ -107,10 +111,21 @@ impl Delay {
         Delay { jitter, ..self }
     }
 
+    /// Replies stall: one chunk in `one_in` is held `extra` longer.
+    pub fn stalls(one_in: u32, extra: Duration) -> Delay {
+        Delay {
+            stalls: Some((one_in.max(1), extra)),
+            ..Delay::default()
+        }
+    }
+
     fn sample(&self, direction: Direction, rng: &mut StdRng) -> Duration {
         let base = match direction {
             Direction::ToServer => self.to_server,
-            Direction::ToClient => self.to_client,
+            Direction::ToClient => match self.stalls {
+                Some((one_in, extra)) if rng.gen_ratio(1, one_in) => self.to_client + extra,
+                _ => self.to_client,
+            },
         };
         if base.is_zero() || self.jitter.is_zero() {
             return base;
@@ -706,6 +721,25 @@ mod tests {
         }
     }
 
+    // A stall is the tail a hedged request cuts: it must come at about its rate, at its
+    // length, and only on replies.
+    #[test]
+    fn stalls_hold_about_one_reply_in_n() {
+        let delay = Delay::stalls(10, Duration::from_millis(100));
+        let mut rng = StdRng::seed_from_u64(1);
+        let replies: Vec<Duration> = (0..10_000)
+            .map(|_| delay.sample(Direction::ToClient, &mut rng))
+            .collect();
+        let stalled = replies.iter().filter(|d| !d.is_zero()).count();
+        assert!((800..1200).contains(&stalled), "{stalled}");
+        assert!(
+            replies
+                .iter()
+                .all(|d| d.is_zero() || *d == Duration::from_millis(100))
+        );
+        assert_eq!(delay.sample(Direction::ToServer, &mut rng), Duration::ZERO);
+    }
+
     // Reproducibility: the same seed must give the same delays, within the bounds.
     #[test]
     fn delay_jitter_is_bounded_and_reproducible() {
@@ -714,6 +748,7 @@ mod tests {
             to_server: base,
             to_client: Duration::ZERO,
             jitter,
+            stalls: None,
         };
         let draw = |seed| {
             let mut rng = StdRng::seed_from_u64(seed);

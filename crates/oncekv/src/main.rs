@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc: the server allocates per request in many small
-/// pieces across worker threads (HTTP/2 frames, headers, protobuf messages), and glibc's
-/// arenas spent about 12-16% of the server's CPU on it under the put benchmark.
+/// pieces across worker threads (HTTP/2 frames, headers, protobuf messages), where glibc's
+/// arenas cost a measurable share of the server's CPU (crates/oncekv-server/benches/README.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -93,6 +93,10 @@ pub struct GlobalArgs {
     /// Print keys and values as hex-encoded strings (\x..)
     #[arg(id = "global_hex", long = "hex")]
     hex: bool,
+    /// Send a write that has not answered after the recent p95 latency a second time, with
+    /// the same sequence number, to another endpoint (it still applies once)
+    #[arg(id = "global_hedge_writes", long = "hedge-writes")]
+    hedge_writes: bool,
 }
 
 /// The same options, given after the command (`oncekv get k -w json`, as etcdctl
@@ -115,6 +119,10 @@ pub struct ClientFlags {
     /// Print keys and values as hex-encoded strings (\x..)
     #[arg(long, global = true)]
     hex: bool,
+    /// Send a write that has not answered after the recent p95 latency a second time, with
+    /// the same sequence number, to another endpoint (it still applies once)
+    #[arg(long, global = true)]
+    hedge_writes: bool,
 }
 
 /// The options a command runs with, after merging both places and the defaults.
@@ -125,6 +133,7 @@ pub(crate) struct Options {
     pub dial_timeout: Duration,
     pub format: Format,
     pub hex: bool,
+    pub hedge_writes: bool,
 }
 
 impl Options {
@@ -151,6 +160,7 @@ impl Options {
                 .unwrap_or(DEFAULT_DIAL_TIMEOUT),
             format: flags.write_out.or(global.write_out).unwrap_or_default(),
             hex: flags.hex || global.hex,
+            hedge_writes: flags.hedge_writes || global.hedge_writes,
         }
     }
 
@@ -161,6 +171,7 @@ impl Options {
             request_timeout: self.command_timeout,
             connect_timeout: self.dial_timeout,
             max_retry_time: self.command_timeout,
+            hedge_writes: self.hedge_writes,
             ..ClientConfig::default()
         };
         Client::connect(&self.endpoints, config).map_err(CliError::from)
