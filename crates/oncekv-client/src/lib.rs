@@ -38,8 +38,19 @@
 //!   leader, timeout, cancelled) it moves to the next endpoint, backs off (capped
 //!   exponential, jittered), looks for the leader again and retries, until the retry
 //!   budget of [`ClientConfig`] (attempts and total time) is spent.
+//! - **Attempts are short.** The first attempt of a call waits
+//!   [`ClientConfig::attempt_timeout`] (1 s), each further one twice as long as the one
+//!   before, up to [`ClientConfig::request_timeout`]. An attempt that gets no answer in
+//!   time leaves its connection behind (it may be hung: open, but silent) and the retry
+//!   goes out on a fresh one; HTTP/2 keep-alive pings declare a silent connection dead
+//!   within about two [`ClientConfig::keep_alive_interval`]s. So a lost reply costs one
+//!   short attempt, never the whole budget.
+//! - **Hedged writes** ([`ClientConfig::hedge_writes`], off by default): a tracked write
+//!   that has not answered after the recent p95 write latency is sent, with the same seq,
+//!   to a second member as well; the first answer wins. The cluster applies it once.
 //! - **Sessions.** The first write registers a session (`Session.Register`: a client id, a
-//!   128-bit secret, a TTL and a window). A background task refreshes it every third of
+//!   128-bit secret, a TTL and a window). Every attempt of one registration carries the
+//!   same random nonce, so a retry after a lost reply gets the same session back. A background task refreshes it every third of
 //!   the TTL and stops when the last clone of the client is dropped.
 //! - **Exactly once.** Every write (put, delete, txn, lease grant, revoke and keep-alive)
 //!   takes the next sequence number from the session's [`oncekv_core::RequestTracker`]
@@ -59,9 +70,11 @@
 //!
 //! # Errors
 //!
-//! [`Error`] keeps three kinds apart: retryable transport trouble (what remained when the
-//! budget ran out), the cluster's answers (lease not found, invalid argument, stale, ...),
-//! and [`Error::OutcomeUnknown`].
+//! [`Error`] keeps four kinds apart: retryable transport trouble (what remained when the
+//! budget ran out), the cluster's answers (lease not found, invalid argument, stale, a seq
+//! reused for a different request, ...), server bugs ([`Error::Internal`], never retried),
+//! and [`Error::OutcomeUnknown`]. The server tags each of its errors with a detail from
+//! [`oncekv_proto::ErrorDetail`] whose class decides which kind it is.
 //!
 //! # Types
 //!
