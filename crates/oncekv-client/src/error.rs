@@ -8,7 +8,7 @@ use tonic::{Code, Status};
 
 use oncekv_proto::{ErrorClass, ErrorDetail};
 
-/// Why a call failed. Three kinds, kept apart because they call for different handling:
+/// Why a call failed. Four kinds, kept apart because they call for different handling:
 ///
 /// - **Transport trouble** ([`Unavailable`](Error::Unavailable), [`Timeout`](Error::Timeout)):
 ///   retryable. The client already retried (with backoff, following the leader) until its
@@ -19,9 +19,11 @@ use oncekv_proto::{ErrorClass, ErrorDetail};
 ///   request again gets the same answer. A tracked write that got an answer did not run.
 /// - [`OutcomeUnknown`](Error::OutcomeUnknown): the write was sent at least once and the
 ///   client cannot tell whether it took effect.
+/// - [`Internal`](Error::Internal): a server bug, reported as is and never retried.
 ///
-/// [`is_retryable`](Error::is_retryable), [`is_answer`](Error::is_answer) and
-/// [`is_outcome_unknown`](Error::is_outcome_unknown) sort them.
+/// [`is_retryable`](Error::is_retryable), [`is_answer`](Error::is_answer),
+/// [`is_outcome_unknown`](Error::is_outcome_unknown) and [`is_bug`](Error::is_bug) sort
+/// them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
