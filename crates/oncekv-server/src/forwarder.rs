@@ -20,10 +20,12 @@ use std::time::Duration;
 use oncekv_core::{Command, Response};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::config::BatchLimits;
+use crate::error::ProposeError;
 use crate::network::PeerChannels;
 use crate::node::{Forwarded, ForwardedReply};
 use crate::pb::oncekv::ForwardRequest;
-use crate::proposer::{BatchLimits, ProposeError, next_batch};
+use crate::proposer::next_batch;
 use crate::transport::MessageKind;
 use crate::types::{Member, NodeId};
 

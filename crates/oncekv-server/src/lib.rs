@@ -12,7 +12,9 @@
 //!   HTTP/2's `:authority`, which h2 refuses.
 
 pub mod authority;
+pub mod config;
 pub mod disk;
+pub mod error;
 pub mod etcd;
 pub mod forwarder;
 pub mod log_store;
@@ -26,5 +28,6 @@ pub mod sm_store;
 pub mod transport;
 pub mod types;
 
-pub use node::{Node, NodeConfig};
+pub use config::NodeConfig;
+pub use node::Node;
 pub use types::Member;

@@ -3,13 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncekv_core::waiting_list::{WaitError, WaitingList};
+use oncekv_core::waiting_list::WaitingList;
 
-use oncekv_core::{Command, RangeRequest, Response, Settings};
+use oncekv_core::{Command, RangeRequest, Response};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -18,94 +17,15 @@ use tokio::task::JoinHandle;
 
 use tonic::transport::server::Connected;
 
-use crate::disk::Disk;
+use crate::config::NodeConfig;
+use crate::error::{ApiError, ProposeError, StartError};
 use crate::forwarder::{Forwarder, forward_rpc};
 use crate::log_store::{LogStore, LogStoreOptions, TornTail};
 use crate::network::{Network, PeerChannels};
-use crate::proposer::{BatchLimits, ProposeError, Proposer};
-use crate::runtime::Clock;
-use crate::sm_store::{Applied, ApplyObserver, SmStore};
+use crate::proposer::Proposer;
+use crate::sm_store::{Applied, SmStore};
 use crate::transport::{Connector, Duplicator, NodeTransport};
 use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
-
-/// Everything a server needs to start. Defaults follow etcd's where they mean the same.
-#[derive(Debug, Clone)]
-pub struct NodeConfig {
-    pub name: String,
-    pub data_dir: PathBuf,
-    /// Where clients connect (etcd's `--listen-client-urls`).
-    pub client_addr: SocketAddr,
-    /// Where peers connect (etcd's `--listen-peer-urls`).
-    pub peer_addr: SocketAddr,
-    /// Every member: name, peer url, client url (may be empty if unknown).
-    pub initial_cluster: Vec<Member>,
-    /// Take a snapshot (and purge the log) every this many applied entries.
-    pub snapshot_count: u64,
-    pub heartbeat_ms: u64,
-    pub election_timeout_ms: u64,
-    /// Requests larger than this are refused ("etcdserver: request is too large").
-    pub max_request_bytes: usize,
-    pub max_txn_ops: usize,
-    /// How long a write may wait for its entry to be applied.
-    pub request_timeout: Duration,
-    /// Replicated settings proposed when the cluster first forms.
-    pub settings: Settings,
-    pub batch: BatchLimits,
-    /// The clock this member stamps entries with while it leads.
-    pub clock: Clock,
-    /// The file system under the log and the snapshot (the real one by default).
-    pub disk: Arc<dyn Disk>,
-    /// Watches the state machine apply entries (simulation and tests only).
-    pub observer: Option<Arc<dyn ApplyObserver>>,
-}
-
-impl NodeConfig {
-    /// A config with etcd-like defaults for everything but names and addresses.
-    pub fn new(
-        name: impl Into<String>,
-        data_dir: impl Into<PathBuf>,
-        client_addr: SocketAddr,
-        peer_addr: SocketAddr,
-        initial_cluster: Vec<Member>,
-    ) -> NodeConfig {
-        NodeConfig {
-            name: name.into(),
-            data_dir: data_dir.into(),
-            client_addr,
-            peer_addr,
-            initial_cluster,
-            snapshot_count: 10_000,
-            heartbeat_ms: 100,
-            election_timeout_ms: 1_000,
-            max_request_bytes: 1536 * 1024,
-            max_txn_ops: 128,
-            request_timeout: Duration::from_secs(7),
-            settings: Settings::default(),
-            batch: BatchLimits::default(),
-            clock: Clock::system(),
-            disk: crate::disk::os_disk(),
-            observer: None,
-        }
-    }
-}
-
-/// Why a node could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("member {0:?} is not in --initial-cluster")]
-    NotAMember(String),
-    #[error("opening the log: {0}")]
-    Log(#[from] crate::log_store::LogError),
-    #[error("opening the state machine: {0}")]
-    StateMachine(String),
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("listening on {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-}
 
 /// A request a follower hands to the leader over the peer service.
 #[derive(Debug, Serialize, Deserialize)]
@@ -229,7 +149,7 @@ impl NodeCore {
         self.applied
             .wait_applied(index, deadline)
             .await
-            .map_err(wait_error)
+            .map_err(ProposeError::from)
     }
 
     /// The leader's read index (errors with `NotLeader` on a follower).
@@ -286,21 +206,11 @@ impl NodeCore {
         &self,
         req: &RangeRequest,
         serializable: bool,
-    ) -> Result<(i64, oncekv_core::RangeResponse), crate::etcd::ApiError> {
+    ) -> Result<(i64, oncekv_core::RangeResponse), ApiError> {
         if !serializable {
             self.read_index().await?;
         }
         Ok(self.applied.read().sm.range(req)?)
-    }
-}
-
-/// A waiting-list failure as the error the client sees.
-pub fn wait_error(e: WaitError<ProposeError>) -> ProposeError {
-    match e {
-        WaitError::Failed(e) => e,
-        WaitError::Timeout => ProposeError::Timeout,
-        WaitError::QuorumUnreachable => ProposeError::NoLeader,
-        WaitError::Closed => ProposeError::Stopped,
     }
 }
 

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
-use oncekv_server::node::{Node, NodeConfig, StartError};
+use oncekv_server::error::StartError;
 use oncekv_server::types::Member;
+use oncekv_server::{Node, NodeConfig};
 
 /// Members named `n1..nN`, each with its own data directory under one root.
 #[derive(Debug)]

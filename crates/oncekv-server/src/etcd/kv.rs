@@ -5,8 +5,8 @@ use std::sync::Arc;
 use oncekv_core::{Op, OpResponse, validate_txn};
 use tonic::{Request, Response, Status};
 
-use super::ApiError;
 use super::convert;
+use crate::error::ApiError;
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::kv_server::Kv;

@@ -8,7 +8,7 @@ use oncekv_core::{Op, OpError, OpResponse};
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::ApiError;
+use crate::error::ApiError;
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::lease_server::Lease;

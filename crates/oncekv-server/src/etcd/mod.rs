@@ -1,7 +1,8 @@
 //! The etcd v3 gRPC API (KV, Lease, Cluster, Maintenance) and oncekv's Session service.
 //!
 //! Handlers translate requests to core ops, propose or read through [`NodeCore`], and map
-//! every refusal to the gRPC status etcd would send, with etcd's message.
+//! every refusal to the gRPC status etcd would send, with etcd's message (see
+//! [`crate::error`]).
 
 mod cluster;
 pub mod convert;
@@ -15,118 +16,14 @@ pub use lease::LeaseService;
 pub use oncekv_proto::SessionMeta;
 pub use session::SessionService;
 
-use oncekv_core::{Command, Op, OpError, OpReply, Response, SessionError, Tracked};
-use oncekv_proto::ErrorDetail;
-use oncekv_proto::metadata::MetadataError;
-
-use tonic::{Code, Status};
-
 use std::sync::Arc;
 
+use oncekv_core::{Command, Op, OpReply, Response, Tracked};
+
+use crate::error::{ApiError, ProposeError};
 use crate::node::NodeCore;
 use crate::pb::etcdserverpb::ResponseHeader;
-use crate::proposer::ProposeError;
 use crate::transport::MessageKind;
-
-/// Why a request failed, before it becomes a gRPC status.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error(transparent)]
-    Op(#[from] OpError),
-    #[error(transparent)]
-    Session(#[from] SessionError),
-    #[error(transparent)]
-    Propose(#[from] ProposeError),
-    #[error("etcdserver: request is too large")]
-    TooLarge,
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("oncekv: unexpected response from the state machine: {0}")]
-    Internal(String),
-}
-
-impl From<ApiError> for Status {
-    fn from(e: ApiError) -> Status {
-        let msg = e.to_string();
-        let (code, detail) = match &e {
-            ApiError::Op(op) => (op_code(op), op_detail(op)),
-            ApiError::Session(s) => match s {
-                SessionError::SessionExpired { .. } => {
-                    (Code::FailedPrecondition, ErrorDetail::SessionExpired)
-                }
-                SessionError::PermissionDenied { .. } => {
-                    (Code::PermissionDenied, ErrorDetail::PermissionDenied)
-                }
-                SessionError::Stale { .. } => (Code::FailedPrecondition, ErrorDetail::Stale),
-                SessionError::WindowExceeded { .. } => {
-                    (Code::ResourceExhausted, ErrorDetail::WindowExceeded)
-                }
-                SessionError::SeqReused { .. } => {
-                    (Code::FailedPrecondition, ErrorDetail::SeqReused)
-                }
-            },
-            ApiError::Propose(p) => match p {
-                ProposeError::NotLeader { .. } => (Code::Unavailable, ErrorDetail::NotLeader),
-                ProposeError::NoLeader => (Code::Unavailable, ErrorDetail::NoLeader),
-                // etcd sends its "request timed out" as Unavailable too.
-                ProposeError::Timeout => (Code::Unavailable, ErrorDetail::Timeout),
-                ProposeError::PeerUnreachable(_) => {
-                    (Code::Unavailable, ErrorDetail::PeerUnreachable)
-                }
-                ProposeError::Stopped => (Code::Unavailable, ErrorDetail::Stopping),
-                ProposeError::Internal(_) => (Code::Internal, ErrorDetail::Bug),
-            },
-            ApiError::TooLarge | ApiError::InvalidArgument(_) => {
-                (Code::InvalidArgument, ErrorDetail::InvalidArgument)
-            }
-            ApiError::Internal(_) => (Code::Internal, ErrorDetail::Bug),
-        };
-        let mut status = Status::new(code, msg);
-        detail.attach(&mut status);
-        status
-    }
-}
-
-impl From<MetadataError> for ApiError {
-    fn from(e: MetadataError) -> ApiError {
-        ApiError::InvalidArgument(e.to_string())
-    }
-}
-
-/// The machine-readable detail of a store refusal (etcd clients match on the message;
-/// oncekv's client reads this instead).
-fn op_detail(e: &OpError) -> ErrorDetail {
-    match e {
-        OpError::LeaseNotFound => ErrorDetail::LeaseNotFound,
-        OpError::LeaseAlreadyExists => ErrorDetail::LeaseAlreadyExists,
-        OpError::LeaseTtlTooLarge => ErrorDetail::LeaseTtlTooLarge,
-        OpError::KeyNotFound => ErrorDetail::KeyNotFound,
-        OpError::LeaseProvided => ErrorDetail::LeaseProvided,
-        OpError::ValueProvided => ErrorDetail::ValueProvided,
-        OpError::Compacted => ErrorDetail::Compacted,
-        OpError::FutureRevision => ErrorDetail::FutureRevision,
-        OpError::DuplicateKey => ErrorDetail::DuplicateKey,
-        OpError::TooManyOps => ErrorDetail::TooManyOps,
-        OpError::EmptyKey => ErrorDetail::EmptyKey,
-    }
-}
-
-/// The gRPC code etcd uses for each store refusal.
-fn op_code(e: &OpError) -> Code {
-    match e {
-        OpError::LeaseNotFound => Code::NotFound,
-        OpError::LeaseAlreadyExists => Code::FailedPrecondition,
-        OpError::LeaseTtlTooLarge | OpError::Compacted | OpError::FutureRevision => {
-            Code::OutOfRange
-        }
-        OpError::KeyNotFound
-        | OpError::LeaseProvided
-        | OpError::ValueProvided
-        | OpError::DuplicateKey
-        | OpError::TooManyOps
-        | OpError::EmptyKey => Code::InvalidArgument,
-    }
-}
 
 impl NodeCore {
     /// etcd's response header at `revision`.
@@ -201,7 +98,7 @@ impl NodeCore {
             let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
             return match self.in_flight.register(key, Some(deadline)).await {
                 Ok(result) => result,
-                Err(e) => Err(crate::node::wait_error(e)),
+                Err(e) => Err(e.into()),
             };
         }
         // Held while proposing so the key is visibly in flight; dropped on every path.

@@ -6,7 +6,7 @@ use oncekv_core::{Command, Response as CoreResponse, Secret};
 use rand::RngCore;
 use tonic::{Request, Response, Status};
 
-use super::ApiError;
+use crate::error::ApiError;
 use crate::node::NodeCore;
 use crate::pb::oncekv as pb;
 use crate::pb::oncekv::session_server::Session;
