@@ -32,6 +32,7 @@ use crate::error::ProposeError;
 use crate::network::PeerChannels;
 use crate::pb::oncekv::ForwardRequest;
 use crate::proposer::next_batch;
+#[cfg(feature = "sim")]
 use crate::transport::MessageKind;
 use crate::types::{Member, NodeId};
 
@@ -240,6 +241,7 @@ async fn forward_rpc(
         .map_err(ProposeError::PeerUnreachable)?;
     let payload = bytes::Bytes::from(payload);
     // Simulation only: the network may deliver this message a second time, later.
+    #[cfg(feature = "sim")]
     if let Some(delay) = peers.duplicate(MessageKind::Forward) {
         let (mut copy_client, copy) = (client.clone(), payload.clone());
         tokio::spawn(async move {

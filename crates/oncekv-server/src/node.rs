@@ -20,6 +20,7 @@ use crate::log_store::{LogStore, LogStoreOptions};
 use crate::network::{Network, PeerChannels};
 use crate::request_path::NodeCore;
 use crate::sm_store::SmStore;
+#[cfg(feature = "sim")]
 use crate::transport::Duplicator;
 use crate::transport::{Connector, NodeTransport};
 use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
@@ -62,7 +63,13 @@ impl Node {
     ) -> Result<Node, StartError> {
         let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
         let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
-        let core = Node::open(config, None, None).await?;
+        let core = Node::open(
+            config,
+            None,
+            #[cfg(feature = "sim")]
+            None,
+        )
+        .await?;
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
@@ -78,7 +85,13 @@ impl Node {
         transport: NodeTransport,
     ) -> Result<Node, StartError> {
         let (client_addr, peer_addr) = (config.client_addr, config.peer_addr);
-        let core = Node::open(config, Some(transport.connector), transport.duplicator).await?;
+        let core = Node::open(
+            config,
+            Some(transport.connector),
+            #[cfg(feature = "sim")]
+            transport.duplicator,
+        )
+        .await?;
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
@@ -91,7 +104,7 @@ impl Node {
     async fn open(
         config: NodeConfig,
         connector: Option<Connector>,
-        duplicator: Option<Arc<dyn Duplicator>>,
+        #[cfg(feature = "sim")] duplicator: Option<Arc<dyn Duplicator>>,
     ) -> Result<Arc<NodeCore>, StartError> {
         let id = member_id(&config.name);
         let members: BTreeMap<NodeId, Member> = config
@@ -132,6 +145,7 @@ impl Node {
         if let Some(c) = connector {
             peers = peers.with_connector(c);
         }
+        #[cfg(feature = "sim")]
         if let Some(d) = duplicator {
             peers = peers.with_duplicator(d);
         }

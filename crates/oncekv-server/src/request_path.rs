@@ -30,6 +30,7 @@ use crate::network::PeerChannels;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::proposer::Proposer;
 use crate::sm_store::Applied;
+#[cfg(feature = "sim")]
 use crate::transport::MessageKind;
 use crate::types::{Member, NodeId, Raft, member_id};
 
@@ -47,6 +48,7 @@ pub struct NodeCore {
     /// leader for its read index.
     forwarder: Forwarder,
     /// The peer channels' duplicator decides which client writes arrive twice.
+    #[cfg(feature = "sim")]
     peers: PeerChannels,
     cluster_id: u64,
     members: Arc<BTreeMap<NodeId, Member>>,
@@ -102,6 +104,7 @@ impl NodeCore {
             applied,
             proposer,
             forwarder,
+            #[cfg(feature = "sim")]
             peers,
             members,
             in_flight: WaitingList::new(),
@@ -194,6 +197,7 @@ impl NodeCore {
         op: Op,
         meta: Option<SessionMeta>,
     ) -> Result<OpReply, ApiError> {
+        #[cfg(feature = "sim")]
         if let Some(delay) = self.peers.duplicate(MessageKind::ClientWrite) {
             // The network delivered this request twice; the copy's reply goes nowhere.
             let (node, op) = (self.clone(), op.clone());
