@@ -114,7 +114,7 @@ async fn retry_across_a_leader_kill_between_commit_and_reply_gets_the_saved_resp
     cluster
         .wait_for("the put to apply everywhere", LEADER_WAIT, |c| {
             c.running()
-                .all(|(_, n)| n.core.applied.read().sm.revision() >= target)
+                .all(|(_, n)| n.core.applied().read().sm.revision() >= target)
         })
         .await;
     cluster.stop(leader).await;
@@ -133,7 +133,7 @@ async fn retry_across_a_leader_kill_between_commit_and_reply_gets_the_saved_resp
     let dups = cluster
         .node(new_leader)
         .core
-        .applied
+        .applied()
         .read()
         .sm
         .stats()

@@ -185,9 +185,9 @@ async fn member_list_and_status_describe_the_cluster() {
 
     for (i, endpoint) in cluster.endpoints().iter().enumerate() {
         let status = client.status(endpoint).await.unwrap();
-        assert_eq!(status.header.member_id, cluster.node(i).core.id);
+        assert_eq!(status.header.member_id, cluster.node(i).core.id());
         assert_eq!(status.is_leader(), i == leader, "member {i}: {status:?}");
-        assert_eq!(status.leader, cluster.node(leader).core.id);
+        assert_eq!(status.leader, cluster.node(leader).core.id());
     }
     // An endpoint outside the client's list works too; a dead one is an error, not a hang.
     let dead = format!("127.0.0.1:{}", common::free_port());

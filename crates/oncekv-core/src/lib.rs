@@ -63,6 +63,8 @@ pub use command::{
 };
 pub use session::{SavedReply, Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;
-pub use state_machine::{Expired, SimProbe, StateMachine, Stats};
+#[cfg(feature = "sim")]
+pub use state_machine::SimProbe;
+pub use state_machine::{Expired, StateMachine, Stats};
 pub use tracker::RequestTracker;
 pub use txn::validate_txn;

@@ -48,12 +48,14 @@ pub struct StateMachine {
     pub(crate) cluster_time: u64,
     pub(crate) stats: Stats,
     pub(crate) expiry_log: Option<Vec<Expired>>,
+    #[cfg(feature = "sim")]
     pub(crate) probe: SimProbe,
 }
 
-/// Instrumentation for the deterministic simulation (`oncekv-sim`); all off by default
-/// and never turned on by the server. Not part of the replicated state.
-#[doc(hidden)]
+/// Instrumentation for the deterministic simulation (`oncekv-sim`), compiled only with
+/// the `sim` feature; all off by default and never turned on by the server. Not part of
+/// the replicated state.
+#[cfg(feature = "sim")]
 #[derive(Debug, Clone, Default)]
 pub struct SimProbe {
     /// Deliberately breaks rule 5 (a duplicate is executed again), to prove that the
@@ -66,6 +68,7 @@ pub struct SimProbe {
     pub executed: Vec<(u64, u64, u64)>,
 }
 
+#[cfg(feature = "sim")]
 impl SimProbe {
     #[inline]
     fn note_executed(&mut self, index: u64, t: &Tracked) {
@@ -92,9 +95,9 @@ impl StateMachine {
             .iter()
             .enumerate()
             .map(|(pos, c)| match c {
-                // The hot path, straight to a function of its own: reached through
-                // `apply_command`'s jump table it costs 32 more instructions per tracked put
-                // (scripts/apply-instructions).
+                // The hot path, straight to a function of its own: going through
+                // `apply_command`'s jump table adds instructions to every tracked put
+                // (count them with scripts/apply-instructions).
                 Command::Tracked(t) => self.apply_tracked(index, t),
                 _ => self.apply_command(index, pos, c),
             })
@@ -215,18 +218,17 @@ impl StateMachine {
         match self.sessions.check_from(hint, id, self.settings.window) {
             Verdict::Execute(pending) => {
                 self.stats.executed += 1;
+                #[cfg(feature = "sim")]
                 self.probe.note_executed(index, t);
                 let reply =
                     ready.execute(&mut self.leases, &self.settings, self.cluster_time, index);
                 pending.save(&reply, self.cluster_time);
                 Response::Op(Ok(reply))
             }
-            Verdict::Duplicate(saved) if !self.probe.break_dedup => {
-                self.stats.duplicates += 1;
-                Response::Op(Ok(saved.to_reply()))
-            }
-            // `--break dedup` executes the duplicate again; the first reply stays saved.
-            Verdict::Duplicate(_) => {
+            // The simulation's `--break dedup` executes the duplicate again; the first
+            // reply stays saved.
+            #[cfg(feature = "sim")]
+            Verdict::Duplicate(_) if self.probe.break_dedup => {
                 self.stats.executed += 1;
                 self.probe.note_executed(index, t);
                 Response::Op(Ok(ready.execute(
@@ -235,6 +237,10 @@ impl StateMachine {
                     self.cluster_time,
                     index,
                 )))
+            }
+            Verdict::Duplicate(saved) => {
+                self.stats.duplicates += 1;
+                Response::Op(Ok(saved.to_reply()))
             }
             Verdict::Reject(e) => {
                 self.stats.rejected += 1;
@@ -286,7 +292,7 @@ impl StateMachine {
     }
 
     /// The simulation's instrumentation (see [`SimProbe`]).
-    #[doc(hidden)]
+    #[cfg(feature = "sim")]
     pub fn sim_probe(&mut self) -> &mut SimProbe {
         &mut self.probe
     }

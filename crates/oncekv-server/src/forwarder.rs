@@ -11,6 +11,12 @@
 //! Failure semantics are those of forwarding one command at a time: an RPC that fails or
 //! times out fails every command of its batch with the same error, each of which leaves
 //! that command's outcome unknown (see [`ProposeError`]).
+//!
+//! A follower's linearizable read asks the leader for its read index the same way
+//! ([`Forwarder::read_index`], one [`Forwarded::ReadIndex`] RPC, not batched).
+//!
+//! This module owns the follower side and the wire types; the leader serves them in
+//! [`NodeCore::serve_forwarded`](crate::request_path::NodeCore::serve_forwarded).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,14 +24,37 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use oncekv_core::{Command, Response};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::config::BatchLimits;
+use crate::error::ProposeError;
 use crate::network::PeerChannels;
-use crate::node::{Forwarded, ForwardedReply};
 use crate::pb::oncekv::ForwardRequest;
-use crate::proposer::{BatchLimits, ProposeError, next_batch};
+use crate::proposer::next_batch;
+#[cfg(feature = "sim")]
 use crate::transport::MessageKind;
 use crate::types::{Member, NodeId};
+
+/// A request a follower hands to the leader over the peer service (postcard inside the
+/// `oncekv.Raft/Forward` RPC's payload).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Forwarded {
+    /// The leader's read index, for a linearizable read on the follower.
+    ReadIndex,
+    /// Client commands to propose, answered with [`ForwardedReply::Responses`].
+    ProposeBatch(Vec<Command>),
+}
+
+/// The leader's answer to a [`Forwarded`] request.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ForwardedReply {
+    ReadIndex(u64),
+    /// The leader could not serve it; the variant is kept so a timeout stays a timeout.
+    Error(ProposeError),
+    /// One result per command of a [`Forwarded::ProposeBatch`], in order.
+    Responses(Vec<Result<Response, ProposeError>>),
+}
 
 struct Pending {
     leader: NodeId,
@@ -37,6 +66,7 @@ struct Pending {
 #[derive(Debug, Clone)]
 pub struct Forwarder {
     tx: mpsc::Sender<Pending>,
+    route: Arc<Route>,
     stats: Arc<Stats>,
 }
 
@@ -48,6 +78,7 @@ struct Stats {
 }
 
 /// What the batching task needs to reach the leader.
+#[derive(Debug)]
 struct Route {
     peers: PeerChannels,
     members: Arc<BTreeMap<NodeId, Member>>,
@@ -70,8 +101,8 @@ impl Forwarder {
             timeout,
         });
         let stats = Arc::new(Stats::default());
-        tokio::spawn(run(route, rx, limits, stats.clone()));
-        Forwarder { tx, stats }
+        tokio::spawn(run(route.clone(), rx, limits, stats.clone()));
+        Forwarder { tx, route, stats }
     }
 
     /// `(batches, commands)` sent to a leader so far: the batching factor is their ratio.
@@ -102,6 +133,14 @@ impl Forwarder {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(ProposeError::Stopped),
             Err(_) => Err(ProposeError::Timeout),
+        }
+    }
+
+    /// `leader`'s read index: the leader confirms its leadership with a quorum first.
+    pub(crate) async fn read_index(&self, leader: NodeId) -> Result<u64, ProposeError> {
+        match forward_rpc(&self.route, leader, &Forwarded::ReadIndex).await? {
+            ForwardedReply::ReadIndex(index) => Ok(index),
+            other => Err(unexpected(&other)),
         }
     }
 }
@@ -173,32 +212,26 @@ async fn send(
     leader: NodeId,
     commands: Vec<Command>,
 ) -> Result<Vec<Result<Response, ProposeError>>, ProposeError> {
-    let reply = forward_rpc(
-        &route.peers,
-        &route.members,
-        leader,
-        &Forwarded::ProposeBatch(commands),
-        route.timeout,
-    )
-    .await?;
-    match reply {
+    match forward_rpc(route, leader, &Forwarded::ProposeBatch(commands)).await? {
         ForwardedReply::Responses(r) => Ok(r),
-        ForwardedReply::Error(e) => Err(e),
-        other => Err(ProposeError::Internal(format!(
-            "unexpected reply from leader: {other:?}"
-        ))),
+        other => Err(unexpected(&other)),
     }
 }
 
-/// Sends one [`Forwarded`] request to `leader` over the peer service.
-pub(crate) async fn forward_rpc(
-    peers: &PeerChannels,
-    members: &BTreeMap<NodeId, Member>,
+fn unexpected(reply: &ForwardedReply) -> ProposeError {
+    ProposeError::Internal(format!("unexpected reply from leader: {reply:?}"))
+}
+
+/// Sends one [`Forwarded`] request to `leader` over the peer service. A
+/// [`ForwardedReply::Error`] comes back as that error.
+async fn forward_rpc(
+    route: &Route,
     leader: NodeId,
     req: &Forwarded,
-    timeout: Duration,
 ) -> Result<ForwardedReply, ProposeError> {
-    let url = members
+    let (peers, timeout) = (&route.peers, route.timeout);
+    let url = route
+        .members
         .get(&leader)
         .map(|m| m.peer_url.as_str())
         .ok_or(ProposeError::NoLeader)?;
@@ -208,6 +241,7 @@ pub(crate) async fn forward_rpc(
         .map_err(ProposeError::PeerUnreachable)?;
     let payload = bytes::Bytes::from(payload);
     // Simulation only: the network may deliver this message a second time, later.
+    #[cfg(feature = "sim")]
     if let Some(delay) = peers.duplicate(MessageKind::Forward) {
         let (mut copy_client, copy) = (client.clone(), payload.clone());
         tokio::spawn(async move {

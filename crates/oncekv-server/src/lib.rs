@@ -1,7 +1,11 @@
 //! oncekv server: openraft consensus over a durable log, the core state machine, and
 //! etcd-compatible gRPC services.
 //!
-//! - [`node`]: starting a member ([`node::Node::start`]) and what its handlers share.
+//! - [`node`]: starting a member ([`node::Node::start`]), its background tasks, shutdown;
+//!   [`config`]: what it starts with.
+//! - [`request_path`]: what a request goes through (execute, propose, forward, read
+//!   index), owned by [`request_path::NodeCore`], which every handler shares;
+//!   [`error`]: how a request fails, and the gRPC status each failure becomes.
 //! - [`proposer`]: the write hot path (batching commands into entries, cluster time);
 //!   [`forwarder`]: a follower's writes travel to the leader in batches.
 //! - [`log_store`] and [`sm_store`]: the durable raft log and the state machine with its
@@ -12,7 +16,9 @@
 //!   HTTP/2's `:authority`, which h2 refuses.
 
 pub mod authority;
+pub mod config;
 pub mod disk;
+pub mod error;
 pub mod etcd;
 pub mod forwarder;
 pub mod log_store;
@@ -20,11 +26,13 @@ pub mod network;
 pub mod node;
 pub mod pb;
 pub mod proposer;
+pub mod request_path;
 pub mod runtime;
 pub mod services;
 pub mod sm_store;
 pub mod transport;
 pub mod types;
 
-pub use node::{Node, NodeConfig};
+pub use config::NodeConfig;
+pub use node::Node;
 pub use types::Member;

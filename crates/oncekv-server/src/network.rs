@@ -24,7 +24,9 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::pb::oncekv::RaftRequest;
 use crate::pb::oncekv::raft_client::RaftClient;
-use crate::transport::{Connector, Duplicator, MessageKind};
+use crate::transport::Connector;
+#[cfg(feature = "sim")]
+use crate::transport::{Duplicator, MessageKind};
 use crate::types::{Member, NodeId, TypeConfig};
 
 /// Largest peer message accepted or sent: an append of a batch of large values, or a
@@ -39,6 +41,7 @@ pub struct PeerChannels {
     /// How channels connect: tokio TCP when `None`, else this (a simulation's network).
     connector: Option<Connector>,
     /// Messages the network delivers twice (a simulation's network only).
+    #[cfg(feature = "sim")]
     duplicator: Option<Arc<dyn Duplicator>>,
 }
 
@@ -48,17 +51,20 @@ impl PeerChannels {
             channels: Arc::default(),
             connect_timeout,
             connector: None,
+            #[cfg(feature = "sim")]
             duplicator: None,
         }
     }
 
     /// Channels whose messages `duplicator` may deliver twice.
+    #[cfg(feature = "sim")]
     pub fn with_duplicator(mut self, duplicator: Arc<dyn Duplicator>) -> PeerChannels {
         self.duplicator = Some(duplicator);
         self
     }
 
     /// Whether the network delivers this message twice, and the second copy's delay.
+    #[cfg(feature = "sim")]
     pub fn duplicate(&self, kind: MessageKind) -> Option<Duration> {
         self.duplicator.as_ref()?.duplicate(kind)
     }
@@ -154,6 +160,7 @@ impl PeerClient {
             .raft_client(&self.url)
             .map_err(|e| unreachable_err(&e))?;
         let payload = bytes::Bytes::from(payload);
+        #[cfg(feature = "sim")]
         if let Some(delay) = self.peers.duplicate(method.kind()) {
             // The copy's reply is dropped: openraft sent one request and sees one answer.
             let (mut copy_client, copy) = (client.clone(), payload.clone());
@@ -190,6 +197,7 @@ enum Method {
     Snapshot,
 }
 
+#[cfg(feature = "sim")]
 impl Method {
     fn kind(self) -> MessageKind {
         match self {

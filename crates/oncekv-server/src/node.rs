@@ -1,312 +1,29 @@
-//! One oncekv server: raft over the durable log and the state machine, the client-facing
-//! gRPC services and the peer service, and the background tasks (proposer, ticker).
+//! One oncekv server: opens storage and starts raft, serves the client-facing gRPC
+//! services and the peer service, runs the background tasks (proposer, forwarder, ticker,
+//! leadership watch), and shuts it all down. What a request goes through once it arrives
+//! is [`crate::request_path`]'s.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncekv_core::waiting_list::{WaitError, WaitingList};
-
-use oncekv_core::{Command, RangeRequest, Response, Settings};
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
 use tonic::transport::server::Connected;
 
-use crate::disk::Disk;
-use crate::forwarder::{Forwarder, forward_rpc};
-use crate::log_store::{LogStore, LogStoreOptions, TornTail};
+use crate::config::NodeConfig;
+use crate::error::{ProposeError, StartError};
+use crate::log_store::{LogStore, LogStoreOptions};
 use crate::network::{Network, PeerChannels};
-use crate::proposer::{BatchLimits, ProposeError, Proposer};
-use crate::runtime::Clock;
-use crate::sm_store::{Applied, ApplyObserver, SmStore};
-use crate::transport::{Connector, Duplicator, NodeTransport};
+use crate::request_path::NodeCore;
+use crate::sm_store::SmStore;
+#[cfg(feature = "sim")]
+use crate::transport::Duplicator;
+use crate::transport::{Connector, NodeTransport};
 use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
-
-/// Everything a server needs to start. Defaults follow etcd's where they mean the same.
-#[derive(Debug, Clone)]
-pub struct NodeConfig {
-    pub name: String,
-    pub data_dir: PathBuf,
-    /// Where clients connect (etcd's `--listen-client-urls`).
-    pub client_addr: SocketAddr,
-    /// Where peers connect (etcd's `--listen-peer-urls`).
-    pub peer_addr: SocketAddr,
-    /// Every member: name, peer url, client url (may be empty if unknown).
-    pub initial_cluster: Vec<Member>,
-    /// Take a snapshot (and purge the log) every this many applied entries.
-    pub snapshot_count: u64,
-    pub heartbeat_ms: u64,
-    pub election_timeout_ms: u64,
-    /// Requests larger than this are refused ("etcdserver: request is too large").
-    pub max_request_bytes: usize,
-    pub max_txn_ops: usize,
-    /// How long a write may wait for its entry to be applied.
-    pub request_timeout: Duration,
-    /// Replicated settings proposed when the cluster first forms.
-    pub settings: Settings,
-    pub batch: BatchLimits,
-    /// The clock this member stamps entries with while it leads.
-    pub clock: Clock,
-    /// The file system under the log and the snapshot (the real one by default).
-    pub disk: Arc<dyn Disk>,
-    /// Watches the state machine apply entries (simulation and tests only).
-    pub observer: Option<Arc<dyn ApplyObserver>>,
-}
-
-impl NodeConfig {
-    /// A config with etcd-like defaults for everything but names and addresses.
-    pub fn new(
-        name: impl Into<String>,
-        data_dir: impl Into<PathBuf>,
-        client_addr: SocketAddr,
-        peer_addr: SocketAddr,
-        initial_cluster: Vec<Member>,
-    ) -> NodeConfig {
-        NodeConfig {
-            name: name.into(),
-            data_dir: data_dir.into(),
-            client_addr,
-            peer_addr,
-            initial_cluster,
-            snapshot_count: 10_000,
-            heartbeat_ms: 100,
-            election_timeout_ms: 1_000,
-            max_request_bytes: 1536 * 1024,
-            max_txn_ops: 128,
-            request_timeout: Duration::from_secs(7),
-            settings: Settings::default(),
-            batch: BatchLimits::default(),
-            clock: Clock::system(),
-            disk: crate::disk::os_disk(),
-            observer: None,
-        }
-    }
-}
-
-/// Why a node could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("member {0:?} is not in --initial-cluster")]
-    NotAMember(String),
-    #[error("opening the log: {0}")]
-    Log(#[from] crate::log_store::LogError),
-    #[error("opening the state machine: {0}")]
-    StateMachine(String),
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("listening on {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-}
-
-/// A request a follower hands to the leader over the peer service.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum Forwarded {
-    Propose(Command),
-    ReadIndex,
-    Info,
-    /// Several client commands at once (answered with [`ForwardedReply::Responses`]).
-    ProposeBatch(Vec<Command>),
-}
-
-/// The leader's answer to a [`Forwarded`] request.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum ForwardedReply {
-    Response(Response),
-    ReadIndex(u64),
-    Info(Member),
-    /// The leader could not serve it; the variant is kept so a timeout stays a timeout.
-    Error(ProposeError),
-    /// One result per command of a [`Forwarded::ProposeBatch`], in order.
-    Responses(Vec<Result<Response, ProposeError>>),
-}
-
-/// What every request handler shares.
-pub struct NodeCore {
-    pub id: NodeId,
-    pub config: NodeConfig,
-    pub raft: Raft,
-    pub applied: Arc<Applied>,
-    pub proposer: Proposer,
-    /// Batches writes bound for another leader into shared peer RPCs.
-    pub forwarder: Forwarder,
-    pub peers: PeerChannels,
-    pub cluster_id: u64,
-    pub members: BTreeMap<NodeId, Member>,
-    /// Tracked requests being proposed by this node, keyed by `(client_id, seq)`: a retry
-    /// that arrives meanwhile waits for the original instead of being proposed again.
-    /// Tracked commands being proposed through this node, by `(client_id, seq,
-    /// fingerprint)`: a retry of the same request joins the original, while a different
-    /// request under the same seq does not (the state machine refuses it as `SeqReused`
-    /// instead of it receiving the other request's reply).
-    pub in_flight: WaitingList<(u64, u64, u64), Result<Response, ProposeError>, ProposeError>,
-    /// The unacknowledged tail the log store cut off when this node started, if any.
-    pub torn_tail: Option<TornTail>,
-}
-
-impl std::fmt::Debug for NodeCore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeCore")
-            .field("id", &self.id)
-            .field("name", &self.config.name)
-            .finish()
-    }
-}
-
-impl NodeCore {
-    pub fn me(&self) -> Option<&Member> {
-        self.members.get(&self.id)
-    }
-
-    /// The leader as this node currently sees it.
-    pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
-    }
-
-    pub fn term(&self) -> u64 {
-        self.raft.metrics().borrow().current_term
-    }
-
-    /// Proposes `command` through the leader: locally if this node leads, else forwarded.
-    pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
-        // Forward straight away when another member is known to lead; otherwise let raft
-        // decide (it answers NotLeader with the leader it knows of, if any).
-        let result = match self.leader() {
-            Some(leader) if leader != self.id => Err(ProposeError::NotLeader {
-                leader: Some(leader),
-            }),
-            _ => {
-                self.proposer
-                    .propose(command.clone(), self.config.request_timeout)
-                    .await
-            }
-        };
-        match result {
-            Err(ProposeError::NotLeader {
-                leader: Some(leader),
-            }) if leader != self.id => {
-                self.forwarder
-                    .forward(leader, command, self.config.request_timeout)
-                    .await
-            }
-            Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
-            other => other,
-        }
-    }
-
-    /// Proposes only on this node (a forwarded request must not be forwarded again).
-    pub async fn propose_local(&self, command: Command) -> Result<Response, ProposeError> {
-        self.proposer
-            .propose(command, self.config.request_timeout)
-            .await
-    }
-
-    /// Waits until this node has applied everything committed before the call: the
-    /// read-index protocol (the leader confirms leadership with a quorum, then every read
-    /// after this returns at least that state).
-    pub async fn read_index(&self) -> Result<(), ProposeError> {
-        let index = match self.local_read_index().await {
-            Ok(index) => index,
-            Err(ProposeError::NotLeader {
-                leader: Some(leader),
-            }) if leader != self.id => match self.forward(leader, Forwarded::ReadIndex).await? {
-                ForwardedReply::ReadIndex(i) => i,
-                other => return Err(unexpected(other)),
-            },
-            Err(ProposeError::NotLeader { leader: None }) => return Err(ProposeError::NoLeader),
-            Err(e) => return Err(e),
-        };
-        // tokio's clock: the same as std's in production, simulated time in a simulation.
-        let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
-        self.applied
-            .wait_applied(index, deadline)
-            .await
-            .map_err(wait_error)
-    }
-
-    /// The leader's read index (errors with `NotLeader` on a follower).
-    pub async fn local_read_index(&self) -> Result<u64, ProposeError> {
-        use openraft::error::{CheckIsLeaderError, RaftError};
-        let fut = self.raft.get_read_log_id();
-        match tokio::time::timeout(self.config.request_timeout, fut).await {
-            Err(_) => Err(ProposeError::Timeout),
-            Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Err(ProposeError::NotLeader {
-                    leader: f.leader_id,
-                })
-            }
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
-                Err(ProposeError::NoLeader)
-            }
-            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
-        }
-    }
-
-    async fn forward(
-        &self,
-        leader: NodeId,
-        req: Forwarded,
-    ) -> Result<ForwardedReply, ProposeError> {
-        forward_rpc(
-            &self.peers,
-            &self.members,
-            leader,
-            &req,
-            self.config.request_timeout,
-        )
-        .await
-    }
-
-    /// Serves a request forwarded by a follower.
-    pub async fn serve_forwarded(&self, req: Forwarded) -> ForwardedReply {
-        let result = match req {
-            Forwarded::Propose(c) => self.propose_local(c).await.map(ForwardedReply::Response),
-            Forwarded::ReadIndex => self.local_read_index().await.map(ForwardedReply::ReadIndex),
-            Forwarded::Info => Ok(ForwardedReply::Info(self.me().cloned().unwrap_or_default())),
-            Forwarded::ProposeBatch(commands) => Ok(ForwardedReply::Responses(
-                self.proposer
-                    .propose_many(commands, self.config.request_timeout)
-                    .await,
-            )),
-        };
-        result.unwrap_or_else(ForwardedReply::Error)
-    }
-
-    /// A Range on this node's applied state, after `read_index` unless `serializable`.
-    pub async fn range(
-        &self,
-        req: &RangeRequest,
-        serializable: bool,
-    ) -> Result<(i64, oncekv_core::RangeResponse), crate::etcd::ApiError> {
-        if !serializable {
-            self.read_index().await?;
-        }
-        Ok(self.applied.read().sm.range(req)?)
-    }
-}
-
-/// A waiting-list failure as the error the client sees.
-pub fn wait_error(e: WaitError<ProposeError>) -> ProposeError {
-    match e {
-        WaitError::Failed(e) => e,
-        WaitError::Timeout => ProposeError::Timeout,
-        WaitError::QuorumUnreachable => ProposeError::NoLeader,
-        WaitError::Closed => ProposeError::Stopped,
-    }
-}
-
-fn unexpected(reply: ForwardedReply) -> ProposeError {
-    ProposeError::Internal(format!("unexpected reply from leader: {reply:?}"))
-}
 
 /// A running node. Dropping it does not stop it; call [`Node::shutdown`].
 #[derive(Debug)]
@@ -346,7 +63,13 @@ impl Node {
     ) -> Result<Node, StartError> {
         let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
         let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
-        let core = Node::open(config, None, None).await?;
+        let core = Node::open(
+            config,
+            None,
+            #[cfg(feature = "sim")]
+            None,
+        )
+        .await?;
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
@@ -362,7 +85,13 @@ impl Node {
         transport: NodeTransport,
     ) -> Result<Node, StartError> {
         let (client_addr, peer_addr) = (config.client_addr, config.peer_addr);
-        let core = Node::open(config, Some(transport.connector), transport.duplicator).await?;
+        let core = Node::open(
+            config,
+            Some(transport.connector),
+            #[cfg(feature = "sim")]
+            transport.duplicator,
+        )
+        .await?;
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
@@ -375,7 +104,7 @@ impl Node {
     async fn open(
         config: NodeConfig,
         connector: Option<Connector>,
-        duplicator: Option<Arc<dyn Duplicator>>,
+        #[cfg(feature = "sim")] duplicator: Option<Arc<dyn Duplicator>>,
     ) -> Result<Arc<NodeCore>, StartError> {
         let id = member_id(&config.name);
         let members: BTreeMap<NodeId, Member> = config
@@ -386,9 +115,6 @@ impl Node {
         if !members.contains_key(&id) {
             return Err(StartError::NotAMember(config.name.clone()));
         }
-        let cluster_id = members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| {
-            (h ^ id).wrapping_mul(0x100_0000_01b3)
-        });
 
         let log_options = LogStoreOptions::default().with_disk(config.disk.clone());
         let log = LogStore::<TypeConfig>::open(config.data_dir.join("log"), log_options).await?;
@@ -419,6 +145,7 @@ impl Node {
         if let Some(c) = connector {
             peers = peers.with_connector(c);
         }
+        #[cfg(feature = "sim")]
         if let Some(d) = duplicator {
             peers = peers.with_duplicator(d);
         }
@@ -440,33 +167,9 @@ impl Node {
             }
         }
 
-        let proposer = Proposer::spawn(
-            raft.clone(),
-            applied.clone(),
-            config.batch,
-            config.clock.clone(),
-            config.request_timeout,
-        );
-        let forwarder = Forwarder::spawn(
-            peers.clone(),
-            Arc::new(members.clone()),
-            config.batch,
-            config.request_timeout,
-        );
-        let core = Arc::new(NodeCore {
-            id,
-            config,
-            raft,
-            applied,
-            proposer,
-            forwarder,
-            peers,
-            cluster_id,
-            members,
-            in_flight: WaitingList::new(),
-            torn_tail,
-        });
-        Ok(core)
+        Ok(Arc::new(NodeCore::new(
+            config, raft, applied, peers, members, torn_tail,
+        )))
     }
 
     /// Serves clients and peers on the given connection streams and spawns the background
@@ -498,8 +201,8 @@ impl Node {
             tokio::spawn(ticker(core.clone(), stop_rx.clone())),
             tokio::spawn(leadership_watch(core.clone(), stop_rx)),
         ];
-        let id = core.id;
-        tracing::info!(name = %core.config.name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
+        let id = core.id();
+        tracing::info!(name = %core.config().name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
         Node {
             core,
             client_addr,
@@ -514,59 +217,44 @@ impl Node {
         let _ = self.stop.send(true);
         // The servers stop gracefully (in-flight requests finish), but a client that keeps
         // a connection open must not hold the shutdown forever.
-        let grace = self.core.config.request_timeout;
+        let grace = self.core.config().request_timeout;
         for mut t in self.tasks {
             if tokio::time::timeout(grace, &mut t).await.is_err() {
                 tracing::warn!("a server task did not stop within {grace:?}; aborting it");
                 t.abort();
             }
         }
-        if let Err(e) = self.core.raft.shutdown().await {
+        if let Err(e) = self.core.raft().shutdown().await {
             tracing::warn!("raft shutdown: {e}");
         }
     }
 }
 
-/// On the leader, proposes a `Tick` when a session or lease is due and no traffic has
-/// moved cluster time past it. An idle cluster with nothing due writes nothing.
+/// Every heartbeat: fails the waiters past their deadline (on every member), and on the
+/// leader proposes a `Tick` when a session or lease is due and no traffic has moved
+/// cluster time past it. An idle cluster with nothing due writes nothing.
 async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    let period = Duration::from_millis(core.config.heartbeat_ms.max(10));
+    let period = Duration::from_millis(core.config().heartbeat_ms.max(10));
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tokio::time::sleep(period) => {}
         }
-        // Waiters past their deadline fail with Timeout, on every member: in-flight
-        // retries and reads waiting for the applied index.
-        let now = tokio::time::Instant::now().into_std();
-        core.in_flight.expire(now);
-        core.applied.waiters().expire(now);
-        if core.leader() != Some(core.id) {
-            continue;
-        }
-        let due = core
-            .applied
-            .read()
-            .sm
-            .next_deadline()
-            .is_some_and(|d| d <= core.config.clock.now_ms());
-        if due && let Err(e) = core.propose_local(Command::Tick).await {
-            tracing::debug!("tick: {e}");
-        }
+        core.expire_waiters(tokio::time::Instant::now().into_std());
+        core.tick_if_due().await;
     }
 }
 
 /// When this node stops leading, everything waiting on it fails with `NotLeader` so that
 /// clients go to the new leader at once instead of waiting for a timeout.
 async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    let mut metrics = core.raft.metrics();
+    let mut metrics = core.raft().metrics();
     let mut was_leader = false;
     loop {
         let leader = metrics.borrow_and_update().current_leader;
-        let is_leader = leader == Some(core.id);
+        let is_leader = leader == Some(core.id());
         if was_leader && !is_leader {
-            let err = ProposeError::NotLeader { leader };
-            let n = core.in_flight.fail_all(err.clone()) + core.applied.waiters().fail_all(err);
+            let n = core.fail_waiters(ProposeError::NotLeader { leader });
             tracing::info!(
                 failed = n,
                 ?leader,

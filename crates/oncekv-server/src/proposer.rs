@@ -17,36 +17,11 @@ use oncekv_core::{Command, LogPayload, Response};
 use openraft::error::{ClientWriteError, RaftError};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::config::BatchLimits;
+use crate::error::ProposeError;
 use crate::runtime::Clock;
 use crate::sm_store::Applied;
 use crate::types::{NodeId, Raft};
-
-/// Why a proposal got no response. Each leaves the command's outcome unknown: an entry
-/// appended by a leader that then lost leadership may still commit. Only a tracked command
-/// can be retried safely (the session rules absorb a duplicate).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
-pub enum ProposeError {
-    #[error("etcdserver: not leader (leader is {leader:?})")]
-    NotLeader { leader: Option<NodeId> },
-    #[error("etcdserver: no leader")]
-    NoLeader,
-    #[error("etcdserver: request timed out")]
-    Timeout,
-    #[error("etcdserver: server stopped")]
-    Stopped,
-    /// The leader's peer address could not be dialed.
-    #[error("oncekv: cannot reach the leader: {0}")]
-    PeerUnreachable(String),
-    #[error("etcdserver: {0}")]
-    Internal(String),
-}
-
-impl ProposeError {
-    /// Whether the same request may simply be sent again (to this or another member).
-    pub fn is_retryable(&self) -> bool {
-        !matches!(self, ProposeError::Internal(_))
-    }
-}
 
 struct Pending {
     command: Command,
@@ -67,36 +42,7 @@ impl std::fmt::Debug for Pending {
     }
 }
 
-/// Batch limits.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchLimits {
-    pub max_commands: usize,
-    pub max_bytes: usize,
-    pub max_in_flight: usize,
-    /// On a follower: forwarded batches (one peer RPC each) outstanding at once.
-    pub max_forwards_in_flight: usize,
-}
-
-impl Default for BatchLimits {
-    fn default() -> Self {
-        BatchLimits {
-            max_commands: 1024,
-            max_bytes: 4 * 1024 * 1024,
-            // Measured (scripts/bench-vs-etcd.sh, 64 clients, quiet machine): 1 entry in
-            // flight gave 7714 puts/s against 6546 with 8, because requests arriving
-            // meanwhile form bigger batches that share one fsync.
-            max_in_flight: 1,
-            // Measured after batched forwarding (64 clients spread over 3 members, 3
-            // interleaved rounds, busy 2-core machine): 2 forwards in flight gave 5690
-            // puts/s (p99 31 ms) against 4750 (p99 40 ms) with 1 and 4930 with 3; 2
-            // entries in flight did not help (5090).
-            max_forwards_in_flight: 2,
-        }
-    }
-}
-
 impl Proposer {
-    /// Starts the batching task for `raft`.
     /// Starts the batching task for `raft`. An entry still unanswered after `timeout` is
     /// given up on (its callers get `Timeout`), so that a leader deposed with entries in
     /// flight cannot hold the in-flight slots forever.

@@ -10,8 +10,8 @@ use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
 use crate::etcd::{ClusterService, KvService, LeaseService, MaintenanceService, SessionService};
+use crate::forwarder::Forwarded;
 use crate::network::MAX_PEER_MESSAGE_BYTES;
-use crate::node::{Forwarded, NodeCore};
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
 use crate::pb::etcdserverpb::kv_server::KvServer;
 use crate::pb::etcdserverpb::lease_server::LeaseServer;
@@ -19,6 +19,7 @@ use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::pb::oncekv::raft_server::{Raft as RaftRpc, RaftServer};
 use crate::pb::oncekv::session_server::SessionServer;
 use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
+use crate::request_path::NodeCore;
 
 /// gRPC's own allowance on top of `--max-request-bytes`, as etcd has: a request between
 /// the two gets etcd's "request is too large" rather than a transport error.
@@ -62,7 +63,7 @@ where
     S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
-    let limit = core.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let limit = core.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(
@@ -126,13 +127,13 @@ impl RaftRpc for PeerService {
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
         let req = decode(&request.into_inner().payload)?;
-        let result = self.core.raft.append_entries(req).await;
+        let result = self.core.raft().append_entries(req).await;
         Ok(Response::new(encode(&result)?))
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = decode(&request.into_inner().payload)?;
-        let result = self.core.raft.vote(req).await;
+        let result = self.core.raft().vote(req).await;
         Ok(Response::new(encode(&result)?))
     }
 
@@ -141,7 +142,7 @@ impl RaftRpc for PeerService {
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
         let req = decode(&request.into_inner().payload)?;
-        let result = self.core.raft.install_snapshot(req).await;
+        let result = self.core.raft().install_snapshot(req).await;
         Ok(Response::new(encode(&result)?))
     }
 

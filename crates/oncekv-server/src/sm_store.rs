@@ -20,7 +20,7 @@ use std::time::Instant;
 use oncekv_core::waiting_list::{WaitError, WaitingList};
 
 use crate::disk::{Disk, write_atomically};
-use crate::proposer::ProposeError;
+use crate::error::ProposeError;
 
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
 

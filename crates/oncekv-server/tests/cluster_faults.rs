@@ -41,7 +41,7 @@ async fn all_members_restarted_keep_every_acknowledged_write_and_revisions_conti
     }
     let leader = cluster.wait_leader(LEADER_WAIT).await;
     for (_, n) in cluster.running() {
-        let snapshot = n.core.raft.metrics().borrow().snapshot;
+        let snapshot = n.core.metrics().snapshot;
         assert!(
             snapshot.is_some_and(|s| s.index >= 64),
             "restarted without a snapshot: {snapshot:?}"
@@ -89,7 +89,7 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
     for i in 0..300 {
         put(&mut kv, &format!("s{i}"), "v").await.unwrap();
     }
-    let metrics = cluster.node(leader).core.raft.metrics().borrow().clone();
+    let metrics = cluster.node(leader).core.metrics();
     let snapshot_index = metrics.snapshot.map_or(0, |s| s.index);
     assert!(
         snapshot_index >= 50,
@@ -102,25 +102,31 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
     );
 
     cluster.restart(follower).await;
-    let target = cluster.node(leader).core.applied.read().sm.applied_index();
+    let target = cluster
+        .node(leader)
+        .core
+        .applied()
+        .read()
+        .sm
+        .applied_index();
     cluster.wait_applied(target, Duration::from_secs(20)).await;
 
     let f = cluster.node(follower);
-    let installed = f
-        .core
-        .raft
-        .metrics()
-        .borrow()
-        .snapshot
-        .map_or(0, |s| s.index);
+    let installed = f.core.metrics().snapshot.map_or(0, |s| s.index);
     assert!(installed > 0, "the follower caught up without a snapshot");
     // Compare at equal applied index: wait for quiet, then compare whole-state hashes.
-    let leader_applied = cluster.node(leader).core.applied.read().sm.applied_index();
+    let leader_applied = cluster
+        .node(leader)
+        .core
+        .applied()
+        .read()
+        .sm
+        .applied_index();
     cluster
         .wait_applied(leader_applied, Duration::from_secs(10))
         .await;
     let (lh, ls, li) = {
-        let l = cluster.node(leader).core.applied.read();
+        let l = cluster.node(leader).core.applied().read();
         (
             l.sm.state_hash(),
             l.sm.sessions().len(),
@@ -128,7 +134,7 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
         )
     };
     let (fh, fs, fi) = {
-        let f = f.core.applied.read();
+        let f = f.core.applied().read();
         (
             f.sm.state_hash(),
             f.sm.sessions().len(),

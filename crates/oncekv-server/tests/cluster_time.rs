@@ -11,14 +11,7 @@ use oncekv_server::pb::etcdserverpb::lease_client::LeaseClient;
 use oncekv_server::pb::etcdserverpb::{LeaseGrantRequest, PutRequest};
 
 fn last_log_index(cluster: &TestCluster, i: usize) -> u64 {
-    cluster
-        .node(i)
-        .core
-        .raft
-        .metrics()
-        .borrow()
-        .last_log_index
-        .unwrap_or(0)
+    cluster.node(i).core.metrics().last_log_index.unwrap_or(0)
 }
 
 // Ticks exist only to expire things; a quiet cluster must not fill its log.
@@ -67,7 +60,7 @@ async fn due_lease_expires_through_a_leader_tick_without_traffic() {
     loop {
         let gone = cluster
             .running()
-            .all(|(_, n)| n.core.applied.read().sm.kv().get(b"leased").is_none());
+            .all(|(_, n)| n.core.applied().read().sm.kv().get(b"leased").is_none());
         if gone {
             break;
         }
@@ -104,13 +97,13 @@ async fn cluster_time_never_runs_backwards_across_a_failover() {
     for i in 0..20 {
         put(&mut kv, &format!("k{i}"), "v").await.unwrap();
     }
-    let before = cluster.node(leader).core.applied.read().sm.cluster_time();
+    let before = cluster.node(leader).core.applied().read().sm.cluster_time();
     cluster.stop(leader).await;
     let new_leader = cluster.wait_leader(Duration::from_secs(10)).await;
     let mut kv = cluster.kv(new_leader).await;
     put(&mut kv, "after", "v").await.unwrap();
     for (_, n) in cluster.running() {
-        let t = n.core.applied.read().sm.cluster_time();
+        let t = n.core.applied().read().sm.cluster_time();
         assert!(t >= before, "cluster time went back from {before} to {t}");
     }
 }

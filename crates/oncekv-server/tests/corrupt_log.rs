@@ -35,7 +35,13 @@ async fn cluster_with_a_stopped_follower() -> (TestCluster, usize, usize) {
     for i in 0..100 {
         put(&mut kv, &format!("k{i:03}"), "v").await.unwrap();
     }
-    let applied = cluster.node(leader).core.applied.read().sm.applied_index();
+    let applied = cluster
+        .node(leader)
+        .core
+        .applied()
+        .read()
+        .sm
+        .applied_index();
     cluster.wait_applied(applied, Duration::from_secs(10)).await;
     let follower = (leader + 1) % 3;
     cluster.stop(follower).await;
@@ -56,17 +62,23 @@ async fn corrupted_last_record_is_detected_and_cut_on_restart() {
     let cut = cluster
         .node(follower)
         .core
-        .torn_tail
-        .clone()
+        .torn_tail()
+        .cloned()
         .expect("the damaged tail went unnoticed");
     assert_eq!(cut.path, newest);
     assert!(cut.offset < len && cut.dropped_bytes > 0, "{cut:?}");
 
     // The member catches up and agrees with the leader.
-    let target = cluster.node(leader).core.applied.read().sm.applied_index();
+    let target = cluster
+        .node(leader)
+        .core
+        .applied()
+        .read()
+        .sm
+        .applied_index();
     cluster.wait_applied(target, Duration::from_secs(10)).await;
-    let lh = cluster.node(leader).core.applied.read().sm.state_hash();
-    let fh = cluster.node(follower).core.applied.read().sm.state_hash();
+    let lh = cluster.node(leader).core.applied().read().sm.state_hash();
+    let fh = cluster.node(follower).core.applied().read().sm.state_hash();
     assert_eq!(lh, fh);
     let mut kv = cluster.kv(follower).await;
     for i in 0..100 {

@@ -192,7 +192,7 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
     let original = tokio::spawn(async move { kv1.put(tracked_put(&s1, 1, 1, "k", "v")).await });
     let core = cluster.node(leader).core.clone();
     let fingerprint = oncekv_core::Op::put("k", "v").fingerprint();
-    while !core.in_flight.contains_key(&(s.client_id, 1, fingerprint)) {
+    while !core.is_in_flight(&(s.client_id, 1, fingerprint)) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let retry = tokio::spawn({
@@ -202,7 +202,7 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
         };
         async move { kv2.put(tracked_put(&s2, 1, 1, "k", "v")).await }
     });
-    while core.in_flight.len() < 2 {
+    while core.in_flight_waiters() < 2 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     for f in &followers {
@@ -211,7 +211,7 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
     let a = original.await.unwrap().unwrap().into_inner();
     let b = retry.await.unwrap().unwrap().into_inner();
     assert_eq!(a, b);
-    let stats = core.applied.read().sm.stats();
+    let stats = core.applied().read().sm.stats();
     assert_eq!(
         (stats.executed, stats.duplicates),
         (1, 0),
@@ -331,9 +331,7 @@ async fn dedup_survives_snapshot_compaction_and_a_restart_of_every_member() {
     let purged = cluster
         .node(leader)
         .core
-        .raft
         .metrics()
-        .borrow()
         .purged
         .map_or(0, |p| p.index);
     assert!(

@@ -21,7 +21,7 @@ async fn concurrent_puts_through_a_follower_share_forward_batches() {
     let kv = cluster.kv(follower).await;
     // A first write through the follower settles who the leader is from its side.
     common::put(&mut kv.clone(), "warm-up", "x").await.unwrap();
-    let before = cluster.node(follower).core.forwarder.sent();
+    let before = cluster.node(follower).core.forwarded();
 
     let n = 96;
     let tasks: Vec<_> = (0..n)
@@ -75,7 +75,7 @@ async fn concurrent_puts_through_a_follower_share_forward_batches() {
         }
     }
 
-    let after = cluster.node(follower).core.forwarder.sent();
+    let after = cluster.node(follower).core.forwarded();
     let (batches, commands) = (after.0 - before.0, after.1 - before.1);
     assert_eq!(commands, n as u64, "every put was forwarded");
     assert!(

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use oncekv_core::Settings;
-use oncekv_server::node::NodeCore;
+use oncekv_server::request_path::NodeCore;
 use oncekv_server::runtime::{Clock, seed_thread_rng};
 use oncekv_server::transport::{MessageKind, NodeTransport};
 use oncekv_server::{Member, Node, NodeConfig};
@@ -394,7 +394,7 @@ impl World {
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
-            .filter(|(i, c)| !self.crashed[*i] && c.leader() == Some(c.id))
+            .filter(|(i, c)| !self.crashed[*i] && c.leader() == Some(c.id()))
             .max_by_key(|(_, c)| c.term())
             .map(|(i, _)| i)
     }

@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use oncekv_server::node::NodeCore;
+use oncekv_server::request_path::NodeCore;
 
 use crate::net::Net;
 
@@ -86,7 +86,7 @@ impl CommitTrap {
         cores
             .get(node)
             .and_then(|c| c.as_ref())
-            .is_some_and(|c| c.leader() == Some(c.id))
+            .is_some_and(|c| c.leader() == Some(c.id()))
     }
 
     /// Called by `node`'s observer with the tracked commands it just executed

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
-use oncekv_server::node::{Node, NodeConfig, StartError};
+use oncekv_server::error::StartError;
 use oncekv_server::types::Member;
+use oncekv_server::{Node, NodeConfig};
 
 /// Members named `n1..nN`, each with its own data directory under one root.
 #[derive(Debug)]
@@ -125,7 +126,7 @@ impl LocalCluster {
             return None;
         }
         self.running()
-            .find(|(_, n)| n.core.id == first)
+            .find(|(_, n)| n.core.id() == first)
             .map(|(i, _)| i)
     }
 
@@ -149,7 +150,7 @@ impl LocalCluster {
         loop {
             if self
                 .running()
-                .all(|(_, n)| n.core.applied.read().sm.applied_index() >= index)
+                .all(|(_, n)| n.core.applied().read().sm.applied_index() >= index)
             {
                 return true;
             }
@@ -246,7 +247,7 @@ impl TempCluster {
         if !self.inner.wait_applied(index, timeout).await {
             let applied: Vec<u64> = self
                 .running()
-                .map(|(_, n)| n.core.applied.read().sm.applied_index())
+                .map(|(_, n)| n.core.applied().read().sm.applied_index())
                 .collect();
             panic!("not applied to {index} within {timeout:?}: {applied:?}");
         }
@@ -268,14 +269,14 @@ impl TempCluster {
 
     /// How many sessions member `i` holds.
     pub fn sessions(&self, i: usize) -> usize {
-        self.node(i).core.applied.read().sm.sessions().len()
+        self.node(i).core.applied().read().sm.sessions().len()
     }
 
     /// Whether member `i` holds session `client_id`.
     pub fn has_session(&self, i: usize, client_id: u64) -> bool {
         self.node(i)
             .core
-            .applied
+            .applied()
             .read()
             .sm
             .sessions()

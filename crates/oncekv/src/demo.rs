@@ -255,7 +255,7 @@ async fn workload(
     // their in-memory counters, so the largest count is a lower bound.
     report.duplicates_absorbed = c
         .running()
-        .map(|(_, n)| n.core.applied.read().sm.stats().duplicates)
+        .map(|(_, n)| n.core.applied().read().sm.stats().duplicates)
         .max()
         .unwrap_or(0);
     drop(c);

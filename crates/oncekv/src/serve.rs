@@ -60,12 +60,12 @@ pub struct Tuning {
     /// Log entries the leader proposes before the earlier ones are answered. Requests
     /// that arrive meanwhile are batched into the next entry, so fewer entries in flight
     /// means bigger batches and fewer fsyncs.
-    #[arg(long, default_value_t = oncekv_server::proposer::BatchLimits::default().max_in_flight)]
+    #[arg(long, default_value_t = oncekv_server::config::BatchLimits::default().max_in_flight)]
     pub max_inflight_entries: usize,
     /// On a follower: batches of client writes forwarded to the leader (one peer RPC
     /// each) before the earlier ones are answered. Writes that arrive meanwhile join the
     /// next batch.
-    #[arg(long, default_value_t = oncekv_server::proposer::BatchLimits::default().max_forwards_in_flight)]
+    #[arg(long, default_value_t = oncekv_server::config::BatchLimits::default().max_forwards_in_flight)]
     pub max_inflight_forwards: usize,
 }
 

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::node::NodeCore;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
+use crate::request_path::NodeCore;
 use crate::types::member_id;
 
 /// The etcd version oncekv reports: the API level it is compatible with.
@@ -26,7 +26,7 @@ impl Cluster for ClusterService {
     ) -> Result<Response<pb::MemberListResponse>, Status> {
         let members = self
             .node
-            .members
+            .members()
             .values()
             .map(|m| pb::Member {
                 id: member_id(&m.name),
@@ -40,7 +40,7 @@ impl Cluster for ClusterService {
                 is_learner: false,
             })
             .collect();
-        let revision = self.node.applied.read().sm.revision();
+        let revision = self.node.applied().read().sm.revision();
         Ok(Response::new(pb::MemberListResponse {
             header: self.node.header(revision),
             members,
@@ -59,9 +59,9 @@ impl Maintenance for MaintenanceService {
         &self,
         _request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let metrics = self.node.raft.metrics().borrow().clone();
+        let metrics = self.node.metrics();
         let (revision, applied, db_size) = {
-            let inner = self.node.applied.read();
+            let inner = self.node.applied().read();
             (
                 inner.sm.revision(),
                 inner.last_applied.map_or(0, |l| l.index),

@@ -3,7 +3,7 @@
 use oncekv_core as core;
 use oncekv_core::{CompareResult, CompareTarget, KeyRange, SortOrder, SortTarget};
 
-use super::ApiError;
+use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::mvccpb;
 

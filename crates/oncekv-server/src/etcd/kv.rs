@@ -5,11 +5,11 @@ use std::sync::Arc;
 use oncekv_core::{Op, OpResponse, validate_txn};
 use tonic::{Request, Response, Status};
 
-use super::ApiError;
 use super::convert;
-use crate::node::NodeCore;
+use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::kv_server::Kv;
+use crate::request_path::NodeCore;
 use oncekv_proto::SessionMeta;
 
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ impl Kv for KvService {
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let txn = convert::txn_request(r)?;
-        validate_txn(&txn, self.node.config.max_txn_ops).map_err(ApiError::from)?;
+        validate_txn(&txn, self.node.config().max_txn_ops).map_err(ApiError::from)?;
         let reply = self.node.execute(Op::Txn(txn), meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::Txn(t) => Ok(Response::new(convert::txn_response(
@@ -102,7 +102,7 @@ impl Kv for KvService {
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         // No MVCC history is kept, so there is nothing to compact: every older revision
         // already answers "compacted".
-        let revision = self.node.applied.read().sm.revision();
+        let revision = self.node.applied().read().sm.revision();
         Ok(Response::new(pb::CompactionResponse {
             header: self.node.header(revision),
         }))

@@ -8,10 +8,10 @@ use oncekv_core::{Op, OpError, OpResponse};
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::ApiError;
-use crate::node::NodeCore;
+use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::lease_server::Lease;
+use crate::request_path::NodeCore;
 use oncekv_proto::SessionMeta;
 
 #[derive(Debug, Clone)]
@@ -106,8 +106,11 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let r = request.into_inner();
         self.node.read_index().await.map_err(ApiError::from)?;
-        let inner = self.node.applied.read();
-        let now = inner.sm.cluster_time().max(self.node.config.clock.now_ms());
+        let inner = self.node.applied().read();
+        let now = inner
+            .sm
+            .cluster_time()
+            .max(self.node.config().clock.now_ms());
         let revision = inner.sm.revision();
         // etcd answers an unknown lease with TTL -1 rather than an error.
         let resp = match inner.sm.leases().status(r.id, r.keys, now) {
@@ -134,7 +137,7 @@ impl Lease for LeaseService {
         _request: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
         self.node.read_index().await.map_err(ApiError::from)?;
-        let inner = self.node.applied.read();
+        let inner = self.node.applied().read();
         let leases = inner
             .sm
             .leases()

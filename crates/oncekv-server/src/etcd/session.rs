@@ -6,10 +6,10 @@ use oncekv_core::{Command, Response as CoreResponse, Secret};
 use rand::RngCore;
 use tonic::{Request, Response, Status};
 
-use super::ApiError;
-use crate::node::NodeCore;
+use crate::error::ApiError;
 use crate::pb::oncekv as pb;
 use crate::pb::oncekv::session_server::Session;
+use crate::request_path::NodeCore;
 
 /// Empty: no nonce (0); otherwise exactly 16 bytes, not all zero.
 fn nonce_from_bytes(bytes: &[u8]) -> Result<u128, ApiError> {
@@ -37,7 +37,7 @@ pub struct SessionService {
 impl SessionService {
     async fn session_command(&self, command: Command) -> Result<i64, Status> {
         match self.node.propose(command).await.map_err(ApiError::from)? {
-            CoreResponse::Session(Ok(())) => Ok(self.node.applied.read().sm.revision()),
+            CoreResponse::Session(Ok(())) => Ok(self.node.applied().read().sm.revision()),
             CoreResponse::Session(Err(e)) => Err(ApiError::from(e).into()),
             other => Err(ApiError::Internal(format!("{other:?}")).into()),
         }
@@ -66,7 +66,7 @@ impl Session for SessionService {
                 secret,
                 settings,
             } => {
-                let revision = self.node.applied.read().sm.revision();
+                let revision = self.node.applied().read().sm.revision();
                 Ok(Response::new(pb::RegisterResponse {
                     header: self.node.header(revision),
                     client_id,

@@ -1,0 +1,103 @@
+//! What a node needs to start, with defaults that follow etcd's where they mean the same.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncekv_core::Settings;
+
+use crate::disk::Disk;
+use crate::runtime::Clock;
+use crate::sm_store::ApplyObserver;
+use crate::types::Member;
+
+/// Everything a server needs to start. Defaults follow etcd's where they mean the same.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// Where clients connect (etcd's `--listen-client-urls`).
+    pub client_addr: SocketAddr,
+    /// Where peers connect (etcd's `--listen-peer-urls`).
+    pub peer_addr: SocketAddr,
+    /// Every member: name, peer url, client url (may be empty if unknown).
+    pub initial_cluster: Vec<Member>,
+    /// Take a snapshot (and purge the log) every this many applied entries.
+    pub snapshot_count: u64,
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms: u64,
+    /// Requests larger than this are refused ("etcdserver: request is too large").
+    pub max_request_bytes: usize,
+    pub max_txn_ops: usize,
+    /// How long a write may wait for its entry to be applied.
+    pub request_timeout: Duration,
+    /// Replicated settings proposed when the cluster first forms.
+    pub settings: Settings,
+    pub batch: BatchLimits,
+    /// The clock this member stamps entries with while it leads.
+    pub clock: Clock,
+    /// The file system under the log and the snapshot (the real one by default).
+    pub disk: Arc<dyn Disk>,
+    /// Watches the state machine apply entries (simulation and tests only).
+    pub observer: Option<Arc<dyn ApplyObserver>>,
+}
+
+impl NodeConfig {
+    /// A config with etcd-like defaults for everything but names and addresses.
+    pub fn new(
+        name: impl Into<String>,
+        data_dir: impl Into<PathBuf>,
+        client_addr: SocketAddr,
+        peer_addr: SocketAddr,
+        initial_cluster: Vec<Member>,
+    ) -> NodeConfig {
+        NodeConfig {
+            name: name.into(),
+            data_dir: data_dir.into(),
+            client_addr,
+            peer_addr,
+            initial_cluster,
+            snapshot_count: 10_000,
+            heartbeat_ms: 100,
+            election_timeout_ms: 1_000,
+            max_request_bytes: 1536 * 1024,
+            max_txn_ops: 128,
+            request_timeout: Duration::from_secs(7),
+            settings: Settings::default(),
+            batch: BatchLimits::default(),
+            clock: Clock::system(),
+            disk: crate::disk::os_disk(),
+            observer: None,
+        }
+    }
+}
+
+/// How the leader's proposer batches commands into entries, and a follower's forwarder
+/// batches them into peer RPCs.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLimits {
+    pub max_commands: usize,
+    pub max_bytes: usize,
+    /// On the leader: entries proposed and not yet answered.
+    pub max_in_flight: usize,
+    /// On a follower: forwarded batches (one peer RPC each) outstanding at once.
+    pub max_forwards_in_flight: usize,
+}
+
+impl Default for BatchLimits {
+    /// The in-flight defaults were chosen with `scripts/bench-vs-etcd.sh`; the figures are
+    /// in `benches/README.md`.
+    fn default() -> Self {
+        BatchLimits {
+            max_commands: 1024,
+            max_bytes: 4 * 1024 * 1024,
+            // One entry at a time: the requests that arrive while it commits form a bigger
+            // next batch sharing one fsync, which is worth more than overlapping appends.
+            max_in_flight: 1,
+            // Two forwards: one keeps a follower's writes waiting a whole round trip for
+            // the batch ahead of them; more split batches without overlapping more work.
+            max_forwards_in_flight: 2,
+        }
+    }
+}

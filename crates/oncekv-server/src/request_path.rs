@@ -1,0 +1,384 @@
+//! A node's request path: what a client request goes through between its gRPC handler and
+//! the state machine, owned by [`NodeCore`].
+//!
+//! - Writes: [`NodeCore::execute`] turns an op into a tracked command (with a session) or
+//!   an untracked one. A tracked request already being proposed through this node waits
+//!   for that original instead of being proposed again (the in-flight list).
+//!   [`NodeCore::propose`] then hands the command to this node's proposer when it leads,
+//!   or to the forwarder, which batches it to the leader.
+//! - Linearizable reads: [`NodeCore::read_index`] gets a read index (the leader confirms
+//!   its leadership with a quorum; a follower asks the leader) and waits until this node
+//!   has applied that far; the read then runs on the applied state.
+//! - The leader's side of forwarding: [`NodeCore::serve_forwarded`].
+//! - Housekeeping the node's background tasks drive: expiring waiters, failing them when
+//!   leadership is lost, proposing a `Tick` when a session or lease is due.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use oncekv_core::waiting_list::WaitingList;
+use oncekv_core::{Command, Op, OpReply, RangeRequest, RangeResponse, Response, Tracked};
+use oncekv_proto::SessionMeta;
+use openraft::RaftMetrics;
+
+use crate::config::NodeConfig;
+use crate::error::{ApiError, ProposeError};
+use crate::forwarder::{Forwarded, ForwardedReply, Forwarder};
+use crate::log_store::TornTail;
+use crate::network::PeerChannels;
+use crate::pb::etcdserverpb::ResponseHeader;
+use crate::proposer::Proposer;
+use crate::sm_store::Applied;
+#[cfg(feature = "sim")]
+use crate::transport::MessageKind;
+use crate::types::{Member, NodeId, Raft, member_id};
+
+/// A tracked request, by `(client_id, seq, op fingerprint)`.
+type RequestKey = (u64, u64, u64);
+
+/// What every request handler of one node shares, and the path their requests take.
+pub struct NodeCore {
+    id: NodeId,
+    config: NodeConfig,
+    raft: Raft,
+    applied: Arc<Applied>,
+    proposer: Proposer,
+    /// Batches writes bound for another leader into shared peer RPCs; also asks the
+    /// leader for its read index.
+    forwarder: Forwarder,
+    /// The peer channels' duplicator decides which client writes arrive twice.
+    #[cfg(feature = "sim")]
+    peers: PeerChannels,
+    cluster_id: u64,
+    members: Arc<BTreeMap<NodeId, Member>>,
+    /// Tracked commands being proposed through this node. A retry of the same request
+    /// joins the original, while a different request under the same seq (another
+    /// fingerprint) does not: the state machine refuses it as `SeqReused` instead of it
+    /// receiving the other request's reply.
+    in_flight: WaitingList<RequestKey, Result<Response, ProposeError>, ProposeError>,
+    /// The unacknowledged tail the log store cut off when this node started, if any.
+    torn_tail: Option<TornTail>,
+}
+
+impl std::fmt::Debug for NodeCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCore")
+            .field("id", &self.id)
+            .field("name", &self.config.name)
+            .finish()
+    }
+}
+
+impl NodeCore {
+    /// The request path of the member `config.name` of `members`, on a started `raft`
+    /// whose state machine publishes `applied`. Spawns the proposer and the forwarder, so
+    /// it MUST be called inside a tokio runtime.
+    pub(crate) fn new(
+        config: NodeConfig,
+        raft: Raft,
+        applied: Arc<Applied>,
+        peers: PeerChannels,
+        members: BTreeMap<NodeId, Member>,
+        torn_tail: Option<TornTail>,
+    ) -> NodeCore {
+        let members = Arc::new(members);
+        let proposer = Proposer::spawn(
+            raft.clone(),
+            applied.clone(),
+            config.batch,
+            config.clock.clone(),
+            config.request_timeout,
+        );
+        let forwarder = Forwarder::spawn(
+            peers.clone(),
+            members.clone(),
+            config.batch,
+            config.request_timeout,
+        );
+        NodeCore {
+            id: member_id(&config.name),
+            cluster_id: cluster_id(&members),
+            config,
+            raft,
+            applied,
+            proposer,
+            forwarder,
+            #[cfg(feature = "sim")]
+            peers,
+            members,
+            in_flight: WaitingList::new(),
+            torn_tail,
+        }
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// Every member, by id (the initial cluster; membership does not change).
+    pub fn members(&self) -> &BTreeMap<NodeId, Member> {
+        &self.members
+    }
+
+    /// What this node has applied. Never hold its lock across an `.await`.
+    pub fn applied(&self) -> &Applied {
+        &self.applied
+    }
+
+    /// The leader as this node currently sees it.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    /// A copy of raft's current metrics (log indexes, snapshot, purged, leader, term).
+    pub fn metrics(&self) -> RaftMetrics<NodeId, Member> {
+        self.raft.metrics().borrow().clone()
+    }
+
+    pub(crate) fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The unacknowledged tail the log store cut off when this node started, if any.
+    pub fn torn_tail(&self) -> Option<&TornTail> {
+        self.torn_tail.as_ref()
+    }
+
+    /// `(batches, commands)` this node has forwarded to a leader: the batching factor is
+    /// their ratio.
+    pub fn forwarded(&self) -> (u64, u64) {
+        self.forwarder.sent()
+    }
+
+    /// Whether the tracked request `(client_id, seq, op fingerprint)` is being proposed
+    /// through this node.
+    pub fn is_in_flight(&self, key: &RequestKey) -> bool {
+        self.in_flight.contains_key(key)
+    }
+
+    /// How many tracked requests wait in the in-flight list: originals being proposed
+    /// plus retries joined to them.
+    pub fn in_flight_waiters(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// etcd's response header at `revision`.
+    pub fn header(&self, revision: i64) -> Option<ResponseHeader> {
+        Some(ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.id,
+            revision,
+            raft_term: self.term(),
+        })
+    }
+
+    /// Refuses a request whose encoding exceeds `--max-request-bytes`.
+    pub fn check_size(&self, req: &impl prost::Message) -> Result<(), ApiError> {
+        if req.encoded_len() > self.config.max_request_bytes {
+            return Err(ApiError::TooLarge);
+        }
+        Ok(())
+    }
+
+    /// Proposes `op`, tracked under the session in `meta` if there is one (exactly once),
+    /// untracked otherwise (etcd behaviour).
+    pub async fn execute(
+        self: &Arc<Self>,
+        op: Op,
+        meta: Option<SessionMeta>,
+    ) -> Result<OpReply, ApiError> {
+        #[cfg(feature = "sim")]
+        if let Some(delay) = self.peers.duplicate(MessageKind::ClientWrite) {
+            // The network delivered this request twice; the copy's reply goes nowhere.
+            let (node, op) = (self.clone(), op.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = node.execute_once(op, meta).await;
+            });
+        }
+        self.execute_once(op, meta).await
+    }
+
+    async fn execute_once(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
+        let response = match meta {
+            Some(m) => {
+                let key = (m.client_id, m.seq, op.fingerprint());
+                let command = Command::Tracked(Tracked {
+                    client_id: m.client_id,
+                    secret: m.secret,
+                    seq: m.seq,
+                    first_incomplete: m.first_incomplete,
+                    op,
+                });
+                self.propose_tracked(key, command).await?
+            }
+            None => self.propose(Command::Untracked(op)).await?,
+        };
+        match response {
+            Response::Op(Ok(reply)) => Ok(reply),
+            Response::Op(Err(e)) => Err(ApiError::Session(e)),
+            other => Err(ApiError::Internal(format!("{other:?}"))),
+        }
+    }
+
+    /// Proposes a tracked command, or, if the same request is already being proposed
+    /// through this node, waits for that one's response. Correctness does not depend on
+    /// this: a duplicate that does get proposed is answered from the session's saved
+    /// response by the state machine.
+    async fn propose_tracked(
+        &self,
+        key: RequestKey,
+        command: Command,
+    ) -> Result<Response, ProposeError> {
+        if self.in_flight.contains_key(&key) {
+            let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
+            return self.in_flight.register(key, Some(deadline)).await?;
+        }
+        // Held while proposing so the key is visibly in flight; dropped on every path.
+        let _marker = self.in_flight.register(key, None);
+        let result = self.propose(command).await;
+        self.in_flight.complete(&key, result.clone());
+        result
+    }
+
+    /// Proposes `command` through the leader: locally if this node leads, else forwarded.
+    pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
+        // Forward straight away when another member is known to lead; otherwise let raft
+        // decide (it answers NotLeader with the leader it knows of, if any).
+        let result = match self.leader() {
+            Some(leader) if leader != self.id => Err(ProposeError::NotLeader {
+                leader: Some(leader),
+            }),
+            _ => self.propose_local(command.clone()).await,
+        };
+        match result {
+            Err(ProposeError::NotLeader {
+                leader: Some(leader),
+            }) if leader != self.id => {
+                self.forwarder
+                    .forward(leader, command, self.config.request_timeout)
+                    .await
+            }
+            Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
+            other => other,
+        }
+    }
+
+    /// Proposes only on this node (a forwarded request must not be forwarded again).
+    async fn propose_local(&self, command: Command) -> Result<Response, ProposeError> {
+        self.proposer
+            .propose(command, self.config.request_timeout)
+            .await
+    }
+
+    /// Waits until this node has applied everything committed before the call: the
+    /// read-index protocol (the leader confirms leadership with a quorum, then every read
+    /// after this returns at least that state).
+    pub async fn read_index(&self) -> Result<(), ProposeError> {
+        let index = match self.local_read_index().await {
+            Ok(index) => index,
+            Err(ProposeError::NotLeader {
+                leader: Some(leader),
+            }) if leader != self.id => self.forwarder.read_index(leader).await?,
+            Err(ProposeError::NotLeader { leader: None }) => return Err(ProposeError::NoLeader),
+            Err(e) => return Err(e),
+        };
+        // tokio's clock: the same as std's in production, simulated time in a simulation.
+        let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
+        Ok(self.applied.wait_applied(index, deadline).await?)
+    }
+
+    /// The leader's read index (errors with `NotLeader` on a follower).
+    async fn local_read_index(&self) -> Result<u64, ProposeError> {
+        use openraft::error::{CheckIsLeaderError, RaftError};
+        let fut = self.raft.get_read_log_id();
+        match tokio::time::timeout(self.config.request_timeout, fut).await {
+            Err(_) => Err(ProposeError::Timeout),
+            Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                Err(ProposeError::NoLeader)
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
+        }
+    }
+
+    /// A Range on this node's applied state, after `read_index` unless `serializable`.
+    pub async fn range(
+        &self,
+        req: &RangeRequest,
+        serializable: bool,
+    ) -> Result<(i64, RangeResponse), ApiError> {
+        if !serializable {
+            self.read_index().await?;
+        }
+        Ok(self.applied.read().sm.range(req)?)
+    }
+
+    /// Serves a request forwarded by a follower. Proposes only on this node: a forwarded
+    /// request is never forwarded again.
+    pub(crate) async fn serve_forwarded(&self, req: Forwarded) -> ForwardedReply {
+        match req {
+            Forwarded::ReadIndex => match self.local_read_index().await {
+                Ok(index) => ForwardedReply::ReadIndex(index),
+                Err(e) => ForwardedReply::Error(e),
+            },
+            Forwarded::ProposeBatch(commands) => ForwardedReply::Responses(
+                self.proposer
+                    .propose_many(commands, self.config.request_timeout)
+                    .await,
+            ),
+        }
+    }
+
+    /// Fails with `Timeout` every waiter whose deadline is past `now`: retries joined to
+    /// an in-flight original, and reads waiting for the applied index.
+    pub(crate) fn expire_waiters(&self, now: Instant) {
+        self.in_flight.expire(now);
+        self.applied.waiters().expire(now);
+    }
+
+    /// Fails everything waiting on this node with `err` (leadership lost: the clients go
+    /// to the new leader at once instead of waiting for a timeout). Returns how many.
+    pub(crate) fn fail_waiters(&self, err: ProposeError) -> usize {
+        self.in_flight.fail_all(err.clone()) + self.applied.waiters().fail_all(err)
+    }
+
+    /// On the leader, proposes a `Tick` when a session or lease is due by this member's
+    /// clock (traffic would have moved cluster time past it otherwise).
+    pub(crate) async fn tick_if_due(&self) {
+        if self.leader() != Some(self.id) {
+            return;
+        }
+        let due = self
+            .applied
+            .read()
+            .sm
+            .next_deadline()
+            .is_some_and(|d| d <= self.config.clock.now_ms());
+        if due && let Err(e) = self.propose_local(Command::Tick).await {
+            tracing::debug!("tick: {e}");
+        }
+    }
+}
+
+/// etcd's cluster id, the same on every member: derived from the member ids.
+fn cluster_id(members: &BTreeMap<NodeId, Member>) -> u64 {
+    members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| {
+        (h ^ id).wrapping_mul(0x100_0000_01b3)
+    })
+}
