@@ -44,6 +44,9 @@ pub(crate) enum Forwarded {
     ReadIndex,
     /// Client commands to propose, answered with [`ForwardedReply::Responses`].
     ProposeBatch(Vec<Command>),
+    /// Record this client URL for the sending member in raft's membership (etcd's
+    /// "publish"), answered with [`ForwardedReply::Done`].
+    Publish { id: NodeId, client_url: String },
 }
 
 /// The leader's answer to a [`Forwarded`] request.
@@ -54,6 +57,8 @@ pub(crate) enum ForwardedReply {
     Error(ProposeError),
     /// One result per command of a [`Forwarded::ProposeBatch`], in order.
     Responses(Vec<Result<Response, ProposeError>>),
+    /// A [`Forwarded::Publish`] was applied.
+    Done,
 }
 
 struct Pending {
@@ -133,6 +138,19 @@ impl Forwarder {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(ProposeError::Stopped),
             Err(_) => Err(ProposeError::Timeout),
+        }
+    }
+
+    /// Asks `leader` to record `client_url` as member `id`'s in raft's membership.
+    pub(crate) async fn publish(
+        &self,
+        leader: NodeId,
+        id: NodeId,
+        client_url: String,
+    ) -> Result<(), ProposeError> {
+        match forward_rpc(&self.route, leader, &Forwarded::Publish { id, client_url }).await? {
+            ForwardedReply::Done => Ok(()),
+            other => Err(unexpected(&other)),
         }
     }
 

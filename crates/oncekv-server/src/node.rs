@@ -199,6 +199,7 @@ impl Node {
                 stop_rx.clone(),
             )),
             tokio::spawn(ticker(core.clone(), stop_rx.clone())),
+            tokio::spawn(publish_client_url(core.clone(), stop_rx.clone())),
             tokio::spawn(leadership_watch(core.clone(), stop_rx)),
         ];
         let id = core.id();
@@ -242,6 +243,45 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
         }
         core.expire_waiters(tokio::time::Instant::now().into_std());
         core.tick_if_due().await;
+    }
+}
+
+/// Keeps this member's client URL in raft's replicated membership equal to its
+/// configured one (the membership written at formation knows only each member's own), so
+/// every member's MemberList names every member's client URLs. Checks once a second; a publish
+/// is one membership entry, proposed only when the URL differs.
+async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    let Some(client_url) = core
+        .members()
+        .get(&core.id())
+        .map(|m| m.client_url.clone())
+        .filter(|u| !u.is_empty())
+    else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let recorded = core
+            .membership()
+            .get(&core.id())
+            .map(|m| m.client_url.clone());
+        // Every member writes the formation membership itself, with only its own client
+        // URL, as log entry 0, which is never replicated: until a membership entry has
+        // been committed after it, this member's view says nothing about the others'.
+        let initial = core.membership_is_initial();
+        let settled = !initial && recorded == Some(client_url.clone());
+        // The leader's own view is the one its membership entries carry.
+        let leading = core.leader() == Some(core.id());
+        if core.leader().is_none() || recorded.is_none() || settled || (initial && leading) {
+            continue;
+        }
+        match core.publish(client_url.clone()).await {
+            Ok(()) => tracing::info!(%client_url, "published this member's client URL"),
+            Err(e) => tracing::debug!(%client_url, "publishing the client URL failed: {e}"),
+        }
     }
 }
 

@@ -342,6 +342,81 @@ impl NodeCore {
                     .propose_many(commands, self.config.request_timeout)
                     .await,
             ),
+            Forwarded::Publish { id, client_url } => {
+                match self.publish_local(id, client_url).await {
+                    Ok(()) => ForwardedReply::Done,
+                    Err(e) => ForwardedReply::Error(e),
+                }
+            }
+        }
+    }
+
+    /// The members as raft's membership records them: peer URLs from formation, client
+    /// URLs as each member published its own.
+    pub fn membership(&self) -> BTreeMap<NodeId, Member> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, m)| (*id, m.clone()))
+            .collect()
+    }
+
+    /// Whether the membership in effect is still the one each member wrote for itself at
+    /// formation (log index 0), which differs between members in the client URLs.
+    pub fn membership_is_initial(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .log_id()
+            .is_none_or(|l| l.index == 0)
+    }
+
+    /// Records this member's client URL in raft's membership, where every member's
+    /// member list reads it (etcd publishes its client URLs through raft the same way).
+    /// A follower asks the leader.
+    pub(crate) async fn publish(&self, client_url: String) -> Result<(), ProposeError> {
+        match self.leader() {
+            Some(leader) if leader == self.id => self.publish_local(self.id, client_url).await,
+            Some(leader) => self.forwarder.publish(leader, self.id, client_url).await,
+            None => Err(ProposeError::NoLeader),
+        }
+    }
+
+    /// On the leader: sets member `id`'s client URL, keeping its name and peer URL as the
+    /// membership has them (a peer can change where clients find it, never where raft
+    /// reaches it).
+    async fn publish_local(&self, id: NodeId, client_url: String) -> Result<(), ProposeError> {
+        use openraft::ChangeMembers;
+        use openraft::error::{ClientWriteError, RaftError};
+        let Some(mut member) = self.membership().remove(&id) else {
+            return Err(ProposeError::Internal(format!(
+                "member {id:x} is not in the membership"
+            )));
+        };
+        if member.client_url == client_url {
+            return Ok(());
+        }
+        member.client_url = client_url;
+        let change = ChangeMembers::SetNodes(BTreeMap::from([(id, member)]));
+        let fut = self.raft.change_membership(change, false);
+        match tokio::time::timeout(self.config.request_timeout, fut).await {
+            Err(_) => Err(ProposeError::Timeout),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            // Another membership change is under way: the publisher tries again later.
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                tracing::debug!("publishing member {id:x}'s client URL: {e}");
+                Err(ProposeError::NoLeader)
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
         }
     }
 

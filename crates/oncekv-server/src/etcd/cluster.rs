@@ -24,9 +24,16 @@ impl Cluster for ClusterService {
         &self,
         _request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        let members = self
-            .node
-            .members()
+        // Raft's membership has the client URLs members published; the formation list is
+        // the fallback for a member not (yet) in it.
+        let mut known = self.node.members().clone();
+        for (id, m) in self.node.membership() {
+            let configured = known.entry(id).or_insert_with(|| m.clone());
+            if !m.client_url.is_empty() {
+                configured.client_url = m.client_url;
+            }
+        }
+        let members = known
             .values()
             .map(|m| pb::Member {
                 id: member_id(&m.name),

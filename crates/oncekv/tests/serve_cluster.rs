@@ -1,0 +1,126 @@
+//! Three `oncekv serve` processes, as an operator runs them: every member's member list
+//! names every member's client URLs (etcd clients discover endpoints from it, and
+//! `etcdctl --cluster` dials them).
+#![allow(clippy::unwrap_used)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Member processes, killed on drop.
+struct Members(Vec<Child>);
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `oncekv member list -w json` against `endpoint`, if it answers.
+fn member_list(endpoint: &str) -> Option<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["--endpoints", endpoint, "member", "list", "-w", "json"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Every member's client URLs in `list`, by name.
+fn client_urls(list: &Value) -> Vec<(String, Vec<String>)> {
+    let mut urls: Vec<(String, Vec<String>)> = list["members"]
+        .as_array()
+        .map(|members| {
+            members
+                .iter()
+                .map(|m| {
+                    let name = m["name"].as_str().unwrap_or_default().to_string();
+                    let urls = m["clientURLs"]
+                        .as_array()
+                        .map(|u| {
+                            u.iter()
+                                .filter_map(|x| x.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (name, urls)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    urls.sort();
+    urls
+}
+
+#[test]
+fn every_member_lists_every_members_client_urls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let initial_cluster = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (_, peer))| format!("n{}=http://127.0.0.1:{peer}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut members = Members(Vec::new());
+    for (i, (client, peer)) in ports.iter().enumerate() {
+        let name = format!("n{}", i + 1);
+        let client_url = format!("http://127.0.0.1:{client}");
+        members.0.push(
+            Command::new(env!("CARGO_BIN_EXE_oncekv"))
+                .args(["serve", "--name", &name, "--data-dir"])
+                .arg(dir.path().join(&name))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+                .args(["--initial-cluster", &initial_cluster])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let want: Vec<(String, Vec<String>)> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (client, _))| {
+            (
+                format!("n{}", i + 1),
+                vec![format!("http://127.0.0.1:{client}")],
+            )
+        })
+        .collect();
+    for (client, _) in &ports {
+        let endpoint = format!("127.0.0.1:{client}");
+        let started = Instant::now();
+        let mut last = None;
+        loop {
+            if let Some(list) = member_list(&endpoint) {
+                let got = client_urls(&list);
+                if got == want {
+                    break;
+                }
+                last = Some(got);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{endpoint}'s member list never showed every client URL: {last:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
