@@ -191,11 +191,10 @@ impl StateMachine {
     /// without looking the session up again.
     #[inline(never)]
     fn apply_tracked(&mut self, index: u64, t: &Tracked) -> Response {
-        // A put's search of the store comes before the session check (see `Ready`): at
-        // 1 M sessions this took the tracked overhead on a random client from +14.7 % to
-        // about +5 % of an untracked put (benches/session.rs, then on glibc's malloc with
-        // 4 KiB pages). The prefetch's bucket index
-        // is kept for the check (`check_from`), which then does not hash the id again.
+        // A put's search of the store comes before the session check (see `Ready`), so the
+        // session's cache miss and the store's overlap instead of adding up (the figures
+        // are in benches/README.md). The prefetch's bucket index is kept for the check
+        // (`check_from`), which then does not hash the id again.
         let (hint, ready) = match &t.op {
             Op::Put(p) => (
                 self.sessions.prefetch(t.client_id),
@@ -442,9 +441,8 @@ fn put_in(slot: Slot<'_>, leases: &mut LeaseTable, p: &PutRequest) -> OpReply {
 /// A put of its own (not in a txn) at the key's slot: checked, written at the next
 /// revision, the key moved between leases. One function per kind of slot (stored key or
 /// not): a caller then passes only what that kind holds, where a `Slot` made the tracked
-/// put copy the whole B-tree entry, either variant, into the call (ten stores). This took
-/// 11 instructions off an untracked put and 16 off a tracked one
-/// (`scripts/apply-instructions`).
+/// put copy the whole B-tree entry, either variant, into the call (ten stores; counts in
+/// benches/README.md).
 #[inline(never)]
 fn put_at<E: PutEntry>(slot: KeySlot<'_, E>, leases: &mut LeaseTable, p: &PutRequest) -> OpReply {
     if let Err(e) = check_put(p, || slot.exists(), leases) {
