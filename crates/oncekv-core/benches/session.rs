@@ -196,13 +196,13 @@ fn measure_session_memory() {
     // (of the same key, so the store does not grow) and keep its response.
     for client_id in 1..=SESSIONS {
         index += 1;
-        let put = Command::Tracked(Tracked {
+        let put = Command::Tracked(Tracked::new(
             client_id,
-            secret: secret_of(client_id),
-            seq: 1,
-            first_incomplete: 1,
-            op: Op::put("k", "v"),
-        });
+            secret_of(client_id),
+            1,
+            1,
+            Op::put("k", "v"),
+        ));
         let entry = LogPayload {
             cluster_time: 1_000,
             commands: vec![put],
@@ -382,13 +382,13 @@ impl Loaded {
                 self.keys[client_id as usize % KEYS].clone(),
                 self.value.clone(),
             );
-            let command = Command::Tracked(Tracked {
+            let command = Command::Tracked(Tracked::new(
                 client_id,
-                secret: secret_of(client_id),
-                seq: self.index,
-                first_incomplete: self.index,
+                secret_of(client_id),
+                self.index,
+                self.index,
                 op,
-            });
+            ));
             let entry = LogPayload {
                 cluster_time: self.time,
                 commands: vec![command],

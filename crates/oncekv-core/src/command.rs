@@ -60,7 +60,26 @@ pub struct Tracked {
     pub seq: u64,
     /// The smallest seq the client has no response for: everything below may be forgotten.
     pub first_incomplete: u64,
+    /// `op.fingerprint()`, computed once by whoever builds the command (the server, as it
+    /// receives the request) and carried in the log, so that applying it compares and
+    /// saves one word instead of hashing the op's keys and values on the one thread that
+    /// applies every entry. Use [`Tracked::new`], which computes it.
+    pub fingerprint: u64,
     pub op: Op,
+}
+
+impl Tracked {
+    /// A tracked op with its fingerprint.
+    pub fn new(client_id: u64, secret: Secret, seq: u64, first_incomplete: u64, op: Op) -> Tracked {
+        Tracked {
+            client_id,
+            secret,
+            seq,
+            first_incomplete,
+            fingerprint: op.fingerprint(),
+            op,
+        }
+    }
 }
 
 /// Replicated cluster settings (not per-node constants: every replica must expire the same

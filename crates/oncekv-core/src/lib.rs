@@ -28,13 +28,13 @@
 //! let Response::Registered { client_id, .. } = registered[0] else { unreachable!() };
 //!
 //! let mut tracker = RequestTracker::new();
-//! let put = Command::Tracked(Tracked {
+//! let put = Command::Tracked(Tracked::new(
 //!     client_id,
 //!     secret,
-//!     seq: tracker.next_seq(),
-//!     first_incomplete: tracker.first_incomplete(),
-//!     op: Op::put("k", "v"),
-//! });
+//!     tracker.next_seq(),
+//!     tracker.first_incomplete(),
+//!     Op::put("k", "v"),
+//! ));
 //! let first = sm.apply(2, &LogPayload { cluster_time: 1_001, commands: vec![put.clone()] });
 //! // The reply was lost; the client retries the same (client_id, seq).
 //! let retry = sm.apply(3, &LogPayload { cluster_time: 1_002, commands: vec![put] });

@@ -212,7 +212,7 @@ impl StateMachine {
             secret: t.secret,
             seq: t.seq,
             first_incomplete: t.first_incomplete,
-            fingerprint: t.op.fingerprint(),
+            fingerprint: t.fingerprint,
         };
         match self.sessions.check_from(hint, id, self.settings.window) {
             Verdict::Execute(pending) => {

@@ -558,17 +558,12 @@ impl Harness {
     fn message(&self, f: &InFlight) -> Tracked {
         let client = &self.clients[f.client];
         let current = client.session.is_some_and(|(id, _)| id == f.client_id);
-        Tracked {
-            client_id: f.client_id,
-            secret: f.secret,
-            seq: f.seq,
-            first_incomplete: if current {
-                client.tracker.first_incomplete()
-            } else {
-                f.first_incomplete
-            },
-            op: f.op.clone(),
-        }
+        let first_incomplete = if current {
+            client.tracker.first_incomplete()
+        } else {
+            f.first_incomplete
+        };
+        Tracked::new(f.client_id, f.secret, f.seq, first_incomplete, f.op.clone())
     }
 
     fn run(&mut self, action: Action) {

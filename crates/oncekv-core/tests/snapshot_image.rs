@@ -43,13 +43,13 @@ impl Log {
     }
 
     fn tracked(&mut self, client_id: u64, secret: u128, seq: u64, first_incomplete: u64, op: Op) {
-        self.apply(vec![Command::Tracked(Tracked {
+        self.apply(vec![Command::Tracked(Tracked::new(
             client_id,
-            secret: Secret::from_u128(secret),
+            Secret::from_u128(secret),
             seq,
             first_incomplete,
             op,
-        })]);
+        ))]);
     }
 }
 
@@ -160,26 +160,26 @@ fn restore_keeps_registration_nonces_and_request_fingerprints() {
             before.as_ref().map(|(f, _)| *f),
             Some(delete("y").fingerprint())
         );
-        let reused = l.apply(vec![Command::Tracked(Tracked {
-            client_id: 2,
-            secret: Secret::from_u128(0xb),
-            seq: 5,
-            first_incomplete: 2,
-            op: delete("z"),
-        })]);
+        let reused = l.apply(vec![Command::Tracked(Tracked::new(
+            2,
+            Secret::from_u128(0xb),
+            5,
+            2,
+            delete("z"),
+        ))]);
         assert_eq!(
             reused,
             [Response::Op(Err(oncekv_core::SessionError::SeqReused {
                 seq: 5
             }))]
         );
-        let retried = l.apply(vec![Command::Tracked(Tracked {
-            client_id: 2,
-            secret: Secret::from_u128(0xb),
-            seq: 5,
-            first_incomplete: 2,
-            op: delete("y"),
-        })]);
+        let retried = l.apply(vec![Command::Tracked(Tracked::new(
+            2,
+            Secret::from_u128(0xb),
+            5,
+            2,
+            delete("y"),
+        ))]);
         assert_eq!(retried, [Response::Op(Ok(before.expect("saved").1))]);
     }
     assert_eq!(

@@ -218,6 +218,7 @@ impl NodeCore {
                     secret: m.secret,
                     seq: m.seq,
                     first_incomplete: m.first_incomplete,
+                    fingerprint: key.2,
                     op,
                 });
                 self.propose_tracked(key, command).await?

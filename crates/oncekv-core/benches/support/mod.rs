@@ -23,13 +23,7 @@ impl Rng {
 /// (first_incomplete = seq), so a session never holds more than one saved response.
 pub fn command(tracked: bool, client_id: u64, seq: u64, op: Op) -> Command {
     if tracked {
-        Command::Tracked(Tracked {
-            client_id,
-            secret: secret_of(client_id),
-            seq,
-            first_incomplete: seq,
-            op,
-        })
+        Command::Tracked(Tracked::new(client_id, secret_of(client_id), seq, seq, op))
     } else {
         Command::Untracked(op)
     }

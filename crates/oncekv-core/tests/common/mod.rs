@@ -102,13 +102,7 @@ impl Replica {
 }
 
 pub fn tracked(client_id: u64, secret: Secret, seq: u64, first_incomplete: u64, op: Op) -> Command {
-    Command::Tracked(Tracked {
-        client_id,
-        secret,
-        seq,
-        first_incomplete,
-        op,
-    })
+    Command::Tracked(Tracked::new(client_id, secret, seq, first_incomplete, op))
 }
 
 /// A put with options filled in by `f`.
