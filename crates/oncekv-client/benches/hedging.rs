@@ -16,7 +16,6 @@
 //! key's version is the number of puts made to it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use oncekv_client::{Client, ClientConfig};
@@ -114,14 +113,7 @@ fn main() {
         let mut order: Vec<usize> = (0..3).collect();
         order.sort_by_key(|&i| i != leader);
         for &i in &order {
-            let upstream: SocketAddr = cluster
-                .endpoint(i)
-                .trim_start_matches("http://")
-                .parse()
-                .unwrap();
-            let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), upstream)
-                .await
-                .unwrap();
+            let proxy = FaultProxy::in_front_of(&cluster.endpoint(i)).await.unwrap();
             if i == leader {
                 proxy.set_delay(Delay::stalls(STALL_ONE_IN, STALL));
             }

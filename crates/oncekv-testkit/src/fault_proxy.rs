@@ -229,6 +229,17 @@ impl FaultProxy {
         })
     }
 
+    /// A proxy on a free loopback port in front of `endpoint` (`http://ip:port` or
+    /// `ip:port`, as a member's client URL is written).
+    pub async fn in_front_of(endpoint: &str) -> io::Result<FaultProxy> {
+        let upstream: SocketAddr = endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{endpoint}: {e}")))?;
+        FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), upstream).await
+    }
+
     /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr

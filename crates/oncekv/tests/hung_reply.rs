@@ -4,7 +4,6 @@
 //! client turns into "outcome unknown").
 #![allow(clippy::unwrap_used)]
 
-use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -16,12 +15,7 @@ use oncekv_testkit::local_cluster::TempCluster;
 async fn cli_puts_through_swallowed_replies_all_succeed_quickly_and_apply_once() {
     let cluster = TempCluster::start(3, |_| {}).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
-    let upstream: SocketAddr = cluster
-        .endpoint(leader)
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
-    let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], 0)), upstream)
+    let proxy = FaultProxy::in_front_of(&cluster.endpoint(leader))
         .await
         .unwrap();
     proxy.set_swallow_every(2);
