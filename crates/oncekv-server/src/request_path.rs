@@ -338,11 +338,9 @@ impl NodeCore {
                 Ok(index) => ForwardedReply::ReadIndex(index),
                 Err(e) => ForwardedReply::Error(e),
             },
-            Forwarded::ProposeBatch(commands) => ForwardedReply::Responses(
-                self.proposer
-                    .propose_many(commands, self.config.request_timeout)
-                    .await,
-            ),
+            Forwarded::ProposeBatch(commands) => {
+                ForwardedReply::Responses(self.propose_forwarded(commands).await)
+            }
             Forwarded::Publish { id, client_url } => {
                 match self.publish_local(id, client_url).await {
                     Ok(()) => ForwardedReply::Done,
@@ -350,6 +348,59 @@ impl NodeCore {
                 }
             }
         }
+    }
+
+    /// A follower's batch, on the leader. A tracked command whose request is already in
+    /// flight here (a retry or hedge that went through another member) joins it instead of
+    /// being proposed again; the others are proposed together, each visibly in flight
+    /// until answered, so that copies arriving meanwhile join them in turn.
+    async fn propose_forwarded(
+        &self,
+        commands: Vec<Command>,
+    ) -> Vec<Result<Response, ProposeError>> {
+        let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
+        let mut results: Vec<Option<Result<Response, ProposeError>>> = vec![None; commands.len()];
+        let (mut joined, mut proposing, mut batch, mut markers) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, command) in commands.into_iter().enumerate() {
+            let key = match &command {
+                Command::Tracked(t) => Some((t.client_id, t.seq, t.fingerprint)),
+                _ => None,
+            };
+            if let Some(key) = key {
+                if self.in_flight.contains_key(&key) {
+                    joined.push((i, self.in_flight.register(key, Some(deadline))));
+                    continue;
+                }
+                markers.push(self.in_flight.register(key, None));
+            }
+            proposing.push((i, key));
+            batch.push(command);
+        }
+        let proposed = self
+            .proposer
+            .propose_many(batch, self.config.request_timeout)
+            .await;
+        for ((i, key), result) in proposing.into_iter().zip(proposed) {
+            if let Some(key) = key {
+                self.in_flight.complete(&key, result.clone());
+            }
+            results[i] = Some(result);
+        }
+        drop(markers);
+        for (i, waiter) in joined {
+            results[i] = Some(waiter.await.map_err(ProposeError::from).and_then(|r| r));
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(ProposeError::Internal(
+                        "the proposer answered fewer commands than it was given".into(),
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// The members as raft's membership records them: peer URLs from formation, client

@@ -221,6 +221,53 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
     assert_eq!(version(&mut kv, "k").await, 1);
 }
 
+// A hedge (the same tracked request sent to a second member while the first copy is in
+// flight) reaches the leader as a follower's forward, and joins the original there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_forwarded_by_a_follower_joins_the_in_flight_original() {
+    let mut cluster = TestCluster::start(5, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let s = register(cluster.endpoint(leader)).await;
+    // The leader and one follower are no quorum of five: nothing commits, and the follower
+    // can still forward.
+    let others: Vec<usize> = (0..5).filter(|i| *i != leader).collect();
+    let (forwarder, stopped) = (others[0], &others[1..]);
+    for f in stopped {
+        cluster.stop(*f).await;
+    }
+    let mut kv1 = cluster.kv(leader).await;
+    let mut kv2 = cluster.kv(forwarder).await;
+    let s1 = Session { ..s };
+    let original = tokio::spawn(async move { kv1.put(tracked_put(&s1, 1, 1, "k", "v")).await });
+    let core = cluster.node(leader).core.clone();
+    let key = (s.client_id, 1, oncekv_core::Op::put("k", "v").fingerprint());
+    while !core.is_in_flight(&key) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let hedge = tokio::spawn({
+        let s2 = Session {
+            client_id: s.client_id,
+            secret: s.secret,
+        };
+        async move { kv2.put(tracked_put(&s2, 1, 1, "k", "v")).await }
+    });
+    while core.in_flight_waiters() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for f in stopped {
+        cluster.restart(*f).await;
+    }
+    let a = original.await.unwrap().unwrap().into_inner();
+    let b = hedge.await.unwrap().unwrap().into_inner();
+    assert_eq!(a.header.unwrap().revision, b.header.unwrap().revision);
+    let stats = core.applied().read().sm.stats();
+    assert_eq!(
+        (stats.executed, stats.duplicates),
+        (1, 0),
+        "the forwarded copy was proposed again: {stats:?}"
+    );
+}
+
 // A seq reused for a different request (a client bug, or a forged retry) must never be
 // answered with the other request's saved reply, and never run: it gets FailedPrecondition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
