@@ -45,7 +45,7 @@ pub(crate) enum Forwarded {
     /// Client commands to propose, answered with [`ForwardedReply::Responses`].
     ProposeBatch(Vec<Command>),
     /// Record this client URL for the sending member in raft's membership (etcd's
-    /// "publish"), answered with [`ForwardedReply::Done`].
+    /// "publish"), answered with [`ForwardedReply::Published`].
     Publish { id: NodeId, client_url: String },
 }
 
@@ -57,8 +57,11 @@ pub(crate) enum ForwardedReply {
     Error(ProposeError),
     /// One result per command of a [`Forwarded::ProposeBatch`], in order.
     Responses(Vec<Result<Response, ProposeError>>),
-    /// A [`Forwarded::Publish`] was applied.
-    Done,
+    /// A [`Forwarded::Publish`] is in the membership: `changed` if it took an entry,
+    /// false if the leader's membership had that URL already.
+    Published {
+        changed: bool,
+    },
 }
 
 struct Pending {
@@ -147,9 +150,9 @@ impl Forwarder {
         leader: NodeId,
         id: NodeId,
         client_url: String,
-    ) -> Result<(), ProposeError> {
+    ) -> Result<bool, ProposeError> {
         match forward_rpc(&self.route, leader, &Forwarded::Publish { id, client_url }).await? {
-            ForwardedReply::Done => Ok(()),
+            ForwardedReply::Published { changed } => Ok(changed),
             other => Err(unexpected(&other)),
         }
     }

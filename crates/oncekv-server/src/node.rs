@@ -259,6 +259,10 @@ async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>
     else {
         return;
     };
+    // The leader answered that its membership has this URL: with the formation
+    // membership still in effect, no entry will come to make this member's view agree,
+    // and none is needed (every member was formed knowing it).
+    let mut confirmed = false;
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -275,11 +279,16 @@ async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>
         let settled = !initial && recorded == Some(client_url.clone());
         // The leader's own view is the one its membership entries carry.
         let leading = core.leader() == Some(core.id());
-        if core.leader().is_none() || recorded.is_none() || settled || (initial && leading) {
+        if core.leader().is_none()
+            || recorded.is_none()
+            || settled
+            || (initial && (leading || confirmed))
+        {
             continue;
         }
         match core.publish(client_url.clone()).await {
-            Ok(()) => tracing::info!(%client_url, "published this member's client URL"),
+            Ok(true) => tracing::info!(%client_url, "published this member's client URL"),
+            Ok(false) => confirmed = true,
             Err(e) => tracing::debug!(%client_url, "publishing the client URL failed: {e}"),
         }
     }

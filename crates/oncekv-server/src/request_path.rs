@@ -343,7 +343,7 @@ impl NodeCore {
             }
             Forwarded::Publish { id, client_url } => {
                 match self.publish_local(id, client_url).await {
-                    Ok(()) => ForwardedReply::Done,
+                    Ok(changed) => ForwardedReply::Published { changed },
                     Err(e) => ForwardedReply::Error(e),
                 }
             }
@@ -430,7 +430,8 @@ impl NodeCore {
     /// Records this member's client URL in raft's membership, where every member's
     /// member list reads it (etcd publishes its client URLs through raft the same way).
     /// A follower asks the leader.
-    pub(crate) async fn publish(&self, client_url: String) -> Result<(), ProposeError> {
+    /// Returns whether it took a membership entry (false: the leader had it already).
+    pub(crate) async fn publish(&self, client_url: String) -> Result<bool, ProposeError> {
         match self.leader() {
             Some(leader) if leader == self.id => self.publish_local(self.id, client_url).await,
             Some(leader) => self.forwarder.publish(leader, self.id, client_url).await,
@@ -441,7 +442,7 @@ impl NodeCore {
     /// On the leader: sets member `id`'s client URL, keeping its name and peer URL as the
     /// membership has them (a peer can change where clients find it, never where raft
     /// reaches it).
-    async fn publish_local(&self, id: NodeId, client_url: String) -> Result<(), ProposeError> {
+    async fn publish_local(&self, id: NodeId, client_url: String) -> Result<bool, ProposeError> {
         use openraft::ChangeMembers;
         use openraft::error::{ClientWriteError, RaftError};
         let Some(mut member) = self.membership().remove(&id) else {
@@ -450,14 +451,14 @@ impl NodeCore {
             )));
         };
         if member.client_url == client_url {
-            return Ok(());
+            return Ok(false);
         }
         member.client_url = client_url;
         let change = ChangeMembers::SetNodes(BTreeMap::from([(id, member)]));
         let fut = self.raft.change_membership(change, false);
         match tokio::time::timeout(self.config.request_timeout, fut).await {
             Err(_) => Err(ProposeError::Timeout),
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(_)) => Ok(true),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(ProposeError::NotLeader {
                     leader: f.leader_id,
