@@ -7,10 +7,10 @@
 //! The request/response shapes follow etcd's v3 API field for field, so the server's gRPC
 //! layer is a thin translation.
 
+use std::fmt;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-
-use crate::session::{Secret, SessionError};
 
 /// One raft log entry's application data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -388,4 +388,61 @@ pub enum Response {
     Op(Result<OpReply, SessionError>),
     /// A malformed command (e.g. two registrations in one entry); nothing changed.
     Rejected,
+}
+
+/// A session's 128-bit secret. Drawn at random by the leader and stored in the log, so every
+/// replica holds the same one. `Debug` does not print it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Secret(pub [u8; 16]);
+
+impl Secret {
+    pub fn from_u128(v: u128) -> Secret {
+        Secret(v.to_be_bytes())
+    }
+
+    /// Lower-case hex, as carried in the `oncekv-session-secret` request metadata.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits; `None` for anything else.
+    pub fn from_hex(s: &str) -> Option<Secret> {
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Secret(out))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Why a session command was not executed. These are *answers*, not transport failures: a
+/// client must not blindly retry them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum SessionError {
+    #[error(
+        "oncekv: session {client_id} expired or never existed; the request's outcome is unknown if it was sent before"
+    )]
+    SessionExpired { client_id: u64 },
+    #[error("oncekv: wrong secret for session {client_id}")]
+    PermissionDenied { client_id: u64 },
+    #[error("oncekv: seq {seq} is stale: the client acknowledged everything below {acked_below}")]
+    Stale { seq: u64, acked_below: u64 },
+    #[error(
+        "oncekv: seq {seq} is past the window: at most seq {limit} is accepted until earlier responses are acknowledged"
+    )]
+    WindowExceeded { seq: u64, limit: u64 },
+    /// A response is saved for `seq`, but for another request (its fingerprint differs):
+    /// a client bug. Answering the saved response would pass one request's outcome off as
+    /// another's, so the request is refused and nothing runs.
+    #[error("oncekv: seq {seq} was already used for a different request")]
+    SeqReused { seq: u64 },
 }
