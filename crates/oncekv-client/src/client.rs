@@ -1,7 +1,7 @@
 //! [`Client`]: the session, the counters, and the one retry loop every call goes through.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -224,6 +224,9 @@ impl Client {
             let hedge_after = self.hedge_after(tracked.is_some(), budget.attempts());
             let (generation, channel) = transport.channel_with_generation(i);
             let started = Instant::now();
+            // Set once a hedge left: a copy may then have run even if the first attempt
+            // provably never reached a server.
+            let hedged = AtomicBool::new(false);
             let attempt = async {
                 let first = send(channel, request(timeout));
                 let Some(delay) = hedge_after else {
@@ -237,6 +240,7 @@ impl Client {
                 // The same (client id, seq) to the next member: whichever copy the
                 // cluster sees second is absorbed, so the first success is the answer.
                 counters.hedges.fetch_add(1, Ordering::Relaxed);
+                hedged.store(true, Ordering::Relaxed);
                 let other = (i + 1) % transport.len();
                 let second = send(
                     transport.channel(other),
@@ -273,6 +277,9 @@ impl Client {
                     Failure::timeout(transport.url(i), timeout)
                 }
             };
+            // A session that expires now must not make the write look unsent: re-sending
+            // it under a new session could apply it twice.
+            maybe_sent |= hedged.load(Ordering::Relaxed);
             match failure {
                 Failure::Answer(e) => return Err(e),
                 Failure::SessionExpired(message) => {

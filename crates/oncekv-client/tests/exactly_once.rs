@@ -145,3 +145,39 @@ async fn retry_across_a_leader_kill_between_commit_and_reply_gets_the_saved_resp
     let kv = client.get("k").await.unwrap().unwrap();
     assert_eq!(kv.version, 2);
 }
+
+// A hedge is a second copy of the same (client id, seq): however many go out while the
+// leader stalls, each put must count once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hedged_writes_apply_once_while_the_leader_stalls() {
+    let cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(LEADER_WAIT).await;
+    let mut proxies = Vec::new();
+    let mut order: Vec<usize> = (0..3).collect();
+    order.sort_by_key(|&i| i != leader);
+    for &i in &order {
+        let p = FaultProxy::in_front_of(&cluster.endpoint(i)).await.unwrap();
+        if i == leader {
+            p.set_delay(oncekv_testkit::fault_proxy::Delay::stalls(
+                4,
+                Duration::from_millis(200),
+            ));
+        }
+        proxies.push(p);
+    }
+    let config = ClientConfig {
+        hedge_writes: true,
+        ..ClientConfig::default()
+    };
+    let urls: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let client = Client::connect(&urls, config).unwrap();
+    for i in 0..60 {
+        client.put("hedged", i.to_string()).await.unwrap();
+    }
+    assert!(
+        client.stats().hedges > 0,
+        "the stalls never triggered a hedge"
+    );
+    let kv = client.get("hedged").await.unwrap().unwrap();
+    assert_eq!(kv.version, 60, "a hedged put counted twice");
+}
