@@ -14,6 +14,7 @@ use oncekv_server::pb::oncekv::RegisterRequest;
 use oncekv_server::pb::oncekv::session_client::SessionClient;
 use tonic::transport::Channel;
 
+#[derive(Clone, Copy)]
 struct Session {
     client_id: u64,
     secret: [u8; 16],
@@ -174,44 +175,51 @@ async fn malformed_session_metadata_is_invalid_argument() {
     );
 }
 
+/// Sends one tracked put to `leader`, and once it is in flight there, the same put again
+/// to `second`, while the members in `stopped` are down so that nothing commits; then
+/// restarts them. Returns both answers and the leader's apply stats.
+async fn same_put_twice_while_uncommitted(
+    cluster: &mut TestCluster,
+    leader: usize,
+    second: usize,
+    stopped: &[usize],
+) -> (PutResponse, PutResponse, oncekv_core::Stats) {
+    let s = register(cluster.endpoint(leader)).await;
+    for f in stopped {
+        cluster.stop(*f).await;
+    }
+    let mut kv1 = cluster.kv(leader).await;
+    let mut kv2 = cluster.kv(second).await;
+    let original = tokio::spawn(async move { kv1.put(tracked_put(&s, 1, 1, "k", "v")).await });
+    let core = cluster.node(leader).core.clone();
+    let key = (s.client_id, 1, oncekv_core::Op::put("k", "v").fingerprint());
+    while !core.is_in_flight(&key) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let copy = tokio::spawn(async move { kv2.put(tracked_put(&s, 1, 1, "k", "v")).await });
+    while core.in_flight_waiters() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for f in stopped {
+        cluster.restart(*f).await;
+    }
+    let a = original.await.unwrap().unwrap().into_inner();
+    let b = copy.await.unwrap().unwrap().into_inner();
+    let stats = core.applied().read().sm.stats();
+    (a, b, stats)
+}
+
 // The request waiting list on the leader: a retry of a request still in flight joins it
 // instead of being proposed a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_of_an_in_flight_request_joins_the_original() {
     let mut cluster = TestCluster::start(3, |_| {}).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
-    let s = register(cluster.endpoint(leader)).await;
     // With both followers down nothing commits, so the first request stays in flight.
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
-    for f in &followers {
-        cluster.stop(*f).await;
-    }
-    let mut kv1 = cluster.kv(leader).await;
-    let mut kv2 = cluster.kv(leader).await;
-    let s1 = Session { ..s };
-    let original = tokio::spawn(async move { kv1.put(tracked_put(&s1, 1, 1, "k", "v")).await });
-    let core = cluster.node(leader).core.clone();
-    let fingerprint = oncekv_core::Op::put("k", "v").fingerprint();
-    while !core.is_in_flight(&(s.client_id, 1, fingerprint)) {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let retry = tokio::spawn({
-        let s2 = Session {
-            client_id: s.client_id,
-            secret: s.secret,
-        };
-        async move { kv2.put(tracked_put(&s2, 1, 1, "k", "v")).await }
-    });
-    while core.in_flight_waiters() < 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    for f in &followers {
-        cluster.restart(*f).await;
-    }
-    let a = original.await.unwrap().unwrap().into_inner();
-    let b = retry.await.unwrap().unwrap().into_inner();
+    let (a, b, stats) =
+        same_put_twice_while_uncommitted(&mut cluster, leader, leader, &followers).await;
     assert_eq!(a, b);
-    let stats = core.applied().read().sm.stats();
     assert_eq!(
         (stats.executed, stats.duplicates),
         (1, 0),
@@ -227,40 +235,13 @@ async fn retry_of_an_in_flight_request_joins_the_original() {
 async fn a_copy_forwarded_by_a_follower_joins_the_in_flight_original() {
     let mut cluster = TestCluster::start(5, |_| {}).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
-    let s = register(cluster.endpoint(leader)).await;
     // The leader and one follower are no quorum of five: nothing commits, and the follower
     // can still forward.
     let others: Vec<usize> = (0..5).filter(|i| *i != leader).collect();
     let (forwarder, stopped) = (others[0], &others[1..]);
-    for f in stopped {
-        cluster.stop(*f).await;
-    }
-    let mut kv1 = cluster.kv(leader).await;
-    let mut kv2 = cluster.kv(forwarder).await;
-    let s1 = Session { ..s };
-    let original = tokio::spawn(async move { kv1.put(tracked_put(&s1, 1, 1, "k", "v")).await });
-    let core = cluster.node(leader).core.clone();
-    let key = (s.client_id, 1, oncekv_core::Op::put("k", "v").fingerprint());
-    while !core.is_in_flight(&key) {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let hedge = tokio::spawn({
-        let s2 = Session {
-            client_id: s.client_id,
-            secret: s.secret,
-        };
-        async move { kv2.put(tracked_put(&s2, 1, 1, "k", "v")).await }
-    });
-    while core.in_flight_waiters() < 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    for f in stopped {
-        cluster.restart(*f).await;
-    }
-    let a = original.await.unwrap().unwrap().into_inner();
-    let b = hedge.await.unwrap().unwrap().into_inner();
+    let (a, b, stats) =
+        same_put_twice_while_uncommitted(&mut cluster, leader, forwarder, stopped).await;
     assert_eq!(a.header.unwrap().revision, b.header.unwrap().revision);
-    let stats = core.applied().read().sm.stats();
     assert_eq!(
         (stats.executed, stats.duplicates),
         (1, 0),
