@@ -41,13 +41,6 @@ pub enum ProposeError {
     Internal(String),
 }
 
-impl ProposeError {
-    /// Whether the same request may simply be sent again (to this or another member).
-    pub fn is_retryable(&self) -> bool {
-        !matches!(self, ProposeError::Internal(_))
-    }
-}
-
 /// A waiting-list failure as the error the client sees.
 impl From<WaitError<ProposeError>> for ProposeError {
     fn from(e: WaitError<ProposeError>) -> ProposeError {
