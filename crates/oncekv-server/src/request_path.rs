@@ -37,6 +37,16 @@ use crate::types::{Member, NodeId, Raft, member_id};
 /// A tracked request, by `(client_id, seq, op fingerprint)`.
 type RequestKey = (u64, u64, u64);
 
+type Waiter = oncekv_core::waiting_list::Waiter<Result<Response, ProposeError>, ProposeError>;
+
+/// [`NodeCore::join_or_claim`]'s answer.
+enum InFlight {
+    /// The same request is in flight: this waits for its result.
+    Joined(Waiter),
+    /// This caller proposes it; the marker keeps the key visibly in flight.
+    Claimed(Waiter),
+}
+
 /// What every request handler of one node shares, and the path their requests take.
 pub struct NodeCore {
     id: NodeId,
@@ -241,15 +251,25 @@ impl NodeCore {
         key: RequestKey,
         command: Command,
     ) -> Result<Response, ProposeError> {
-        if self.in_flight.contains_key(&key) {
-            let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
-            return self.in_flight.register(key, Some(deadline)).await?;
-        }
-        // Held while proposing so the key is visibly in flight; dropped on every path.
-        let _marker = self.in_flight.register(key, None);
+        let _marker = match self.join_or_claim(key) {
+            InFlight::Joined(waiter) => return waiter.await?,
+            InFlight::Claimed(marker) => marker,
+        };
         let result = self.propose(command).await;
         self.in_flight.complete(&key, result.clone());
         result
+    }
+
+    /// Joins the request `key` if it is in flight through this node, else marks it in
+    /// flight (until the marker is dropped) so that copies arriving meanwhile join it; the
+    /// claimer MUST complete `key` with its result.
+    fn join_or_claim(&self, key: RequestKey) -> InFlight {
+        if self.in_flight.contains_key(&key) {
+            let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
+            InFlight::Joined(self.in_flight.register(key, Some(deadline)))
+        } else {
+            InFlight::Claimed(self.in_flight.register(key, None))
+        }
     }
 
     /// Proposes `command` through the leader: locally if this node leads, else forwarded.
@@ -358,7 +378,6 @@ impl NodeCore {
         &self,
         commands: Vec<Command>,
     ) -> Vec<Result<Response, ProposeError>> {
-        let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
         let mut results: Vec<Option<Result<Response, ProposeError>>> = vec![None; commands.len()];
         let (mut joined, mut proposing, mut batch, mut markers) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -368,11 +387,13 @@ impl NodeCore {
                 _ => None,
             };
             if let Some(key) = key {
-                if self.in_flight.contains_key(&key) {
-                    joined.push((i, self.in_flight.register(key, Some(deadline))));
-                    continue;
+                match self.join_or_claim(key) {
+                    InFlight::Joined(waiter) => {
+                        joined.push((i, waiter));
+                        continue;
+                    }
+                    InFlight::Claimed(marker) => markers.push(marker),
                 }
-                markers.push(self.in_flight.register(key, None));
             }
             proposing.push((i, key));
             batch.push(command);
