@@ -6,6 +6,11 @@
 //! random key of a fixed key space. The run stops after `--total` requests or `--duration`
 //! seconds, whichever comes first; progress goes to stderr once a second and a summary
 //! (throughput, latency percentiles, errors) to stdout at the end, as text or JSON.
+//!
+//! `oncekv bench watch` ([`watch`]) measures watch fan-out instead: one writer, many
+//! watchers of the key it writes.
+
+mod watch;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +38,9 @@ pub enum BenchKind {
     Put(PutArgs),
     /// Get random keys of the key space (linearizable unless --consistency s).
     Range(RangeArgs),
+    /// One writer puts one key (or keys under a prefix) while many watchers watch it:
+    /// events delivered per second, delivery latency, and every event exactly once.
+    Watch(watch::WatchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -143,21 +151,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 serializable: r.consistency == Consistency::S,
             },
         ),
+        BenchKind::Watch(w) => return watch::run(w).await,
     };
     validate(&common)?;
-    let timeout = Duration::try_from_secs_f64(common.timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("--timeout {}: expected a positive number", common.timeout))?;
-    let duration = match common.duration {
-        None => None,
-        Some(s) => Some(
-            Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| format!("--duration {s}: expected a positive number"))?,
-        ),
-    };
+    let timeout = seconds("--timeout", common.timeout)?;
+    let duration = common
+        .duration
+        .map(|s| seconds("--duration", s))
+        .transpose()?;
     let endpoints: Vec<String> = common.endpoints.iter().map(|e| url_of(e)).collect();
 
     let targets = if common.leader_only {
@@ -169,7 +170,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     let mut channels = Vec::with_capacity(connections);
     for i in 0..connections {
         let url = &targets[i % targets.len()];
-        channels.push(connect(url, timeout).await?);
+        channels.push(connect(url, Some(timeout)).await?);
     }
 
     let shared = Arc::new(Shared {
@@ -269,6 +270,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// A positive number of seconds given as option `flag`.
+fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{flag} {s}: expected a positive number"))
+}
+
 fn validate(c: &Common) -> Result<(), String> {
     if c.endpoints.iter().all(|e| e.trim().is_empty()) {
         return Err("--endpoints: at least one endpoint is needed".into());
@@ -308,12 +317,17 @@ fn url_of(endpoint: &str) -> String {
     }
 }
 
-async fn connect(url: &str, timeout: Duration) -> Result<Channel, String> {
-    Endpoint::from_shared(url.to_string())
+/// A channel to `url`; `timeout` bounds each request (a stream that lives for the whole
+/// run, such as a watch, is opened on a channel without one).
+async fn connect(url: &str, timeout: Option<Duration>) -> Result<Channel, String> {
+    let mut endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| format!("{url}: not a valid endpoint: {e}"))?
         .connect_timeout(Duration::from_secs(5))
-        .timeout(timeout)
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    if let Some(timeout) = timeout {
+        endpoint = endpoint.timeout(timeout);
+    }
+    endpoint
         .connect()
         .await
         .map_err(|e| format!("connecting to {url}: {e}"))
@@ -325,7 +339,7 @@ async fn find_leader(endpoints: &[String], timeout: Duration) -> Result<String, 
     let mut problems = Vec::new();
     for url in endpoints {
         let status = async {
-            let channel = connect(url, timeout).await?;
+            let channel = connect(url, Some(timeout)).await?;
             MaintenanceClient::new(channel)
                 .status(StatusRequest {})
                 .await
@@ -488,13 +502,7 @@ impl Summary {
         let ok = latencies.len() as u64;
         let seconds = elapsed.as_secs_f64();
         let ms = |ns: u64| ns as f64 / 1e6;
-        let pct = |p: f64| -> f64 {
-            if latencies.is_empty() {
-                return 0.0;
-            }
-            let rank = (p * latencies.len() as f64).ceil() as usize;
-            ms(latencies[rank.clamp(1, latencies.len()) - 1])
-        };
+        let pct = |p: f64| ms(percentile(&latencies, p));
         let avg = if latencies.is_empty() {
             0.0
         } else {
@@ -585,6 +593,15 @@ impl Summary {
                 .map_or_else(|| "null".to_string(), |e| format!("\"{}\"", json_escape(e)))
         )
     }
+}
+
+/// The value at rank `ceil(p * n)` of `sorted` (nearest rank; 0 when empty).
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn json_escape(s: &str) -> String {
