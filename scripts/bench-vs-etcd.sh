@@ -88,12 +88,7 @@ for round in $(seq "$ROUNDS"); do
 done
 echo
 for mode in $MODES; do
-    awk -v mode="$mode" -v work="$WORK" -v rounds="$ROUNDS" -v other="$COMPARE" 'function field(file, key,   line, re) {
-            getline line < file; close(file)
-            re = "\"" key "\":[0-9.]+"
-            if (match(line, re)) return substr(line, RSTART + length(key) + 3, RLENGTH - length(key) - 3) + 0
-            return 0
-        }
+    awk -v mode="$mode" -v work="$WORK" -v rounds="$ROUNDS" -v other="$COMPARE" "$AWK_FIELD"'
         BEGIN {
             for (r = 1; r <= rounds; r++) {
                 eo = field(work "/r" r "-" other "-" mode ".json", "ok"); es = field(work "/r" r "-" other "-" mode ".json", "seconds")

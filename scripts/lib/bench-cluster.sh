@@ -116,6 +116,16 @@ json_field() {
     sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p" "$1" | head -n 1
 }
 
+# An awk function for the summaries: field(FILE, KEY), the first number named KEY in the
+# one-line JSON FILE (0 if none).
+# shellcheck disable=SC2016 # awk code, expanded by awk
+AWK_FIELD='function field(file, key,   line, re) {
+    getline line < file; close(file)
+    re = "\"" key "\":[0-9.]+"
+    if (match(line, re)) return substr(line, RSTART + length(key) + 3, RLENGTH - length(key) - 3) + 0
+    return 0
+}'
+
 # run_timed OUT CMD...: runs the benchmark client CMD; OUT.json gets its summary,
 # OUT.progress its stderr, OUT.client-cpu its CPU seconds, OUT.server-cpu the servers' CPU
 # seconds meanwhile and OUT.load the load average before it. Exits the script if it fails.

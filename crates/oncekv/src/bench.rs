@@ -74,9 +74,9 @@ pub enum WriteOut {
     Json,
 }
 
-/// Options shared by every benchmark.
+/// Where every benchmark connects, and how it reports.
 #[derive(Debug, Args)]
-pub struct Common {
+pub struct Target {
     /// Client endpoints (host:port or http://host:port), comma separated.
     #[arg(
         long,
@@ -84,12 +84,53 @@ pub struct Common {
         default_value = "127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379"
     )]
     pub endpoints: Vec<String>,
+    /// gRPC connections shared by the clients, or by the watch streams (default: one per
+    /// endpoint given).
+    #[arg(long)]
+    pub connections: Option<usize>,
+    /// Send every request (bench watch: every put) to the leader (found with
+    /// Maintenance.Status) instead of spreading the connections over all endpoints.
+    #[arg(long)]
+    pub leader_only: bool,
+    /// Per-request timeout, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// A name for the target, repeated in the summary (e.g. "etcd" or "oncekv").
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Summary format.
+    #[arg(short = 'w', long = "write-out", value_enum, default_value_t = WriteOut::Simple)]
+    pub write_out: WriteOut,
+}
+
+impl Target {
+    fn validate(&self) -> Result<(), String> {
+        if self.endpoints.iter().all(|e| e.trim().is_empty()) {
+            return Err("--endpoints: at least one endpoint is needed".into());
+        }
+        if self.endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err("--endpoints: empty entry".into());
+        }
+        if self.connections == Some(0) {
+            return Err("--connections must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The endpoints as URLs.
+    fn urls(&self) -> Vec<String> {
+        self.endpoints.iter().map(|e| url_of(e)).collect()
+    }
+}
+
+/// Options shared by the put and range benchmarks.
+#[derive(Debug, Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub target: Target,
     /// Concurrent request loops (each has one request outstanding at a time).
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
-    /// gRPC connections shared by the clients (default: one per endpoint given).
-    #[arg(long)]
-    pub connections: Option<usize>,
     /// Stop after this many requests (0: no limit; then --duration is required).
     #[arg(long, default_value_t = 100_000)]
     pub total: u64,
@@ -102,19 +143,6 @@ pub struct Common {
     /// Number of distinct keys requests are spread over.
     #[arg(long, default_value_t = 100_000)]
     pub key_space: u64,
-    /// Send every request to the leader (found with Maintenance.Status) instead of
-    /// spreading the connections over all endpoints.
-    #[arg(long)]
-    pub leader_only: bool,
-    /// Per-request timeout, in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub timeout: f64,
-    /// A name for the target, repeated in the summary (e.g. "etcd" or "oncekv").
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Summary format.
-    #[arg(short = 'w', long = "write-out", value_enum, default_value_t = WriteOut::Simple)]
-    pub write_out: WriteOut,
 }
 
 /// What each request does.
@@ -154,19 +182,19 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         BenchKind::Watch(w) => return watch::run(w).await,
     };
     validate(&common)?;
-    let timeout = seconds("--timeout", common.timeout)?;
+    let timeout = seconds("--timeout", common.target.timeout)?;
     let duration = common
         .duration
         .map(|s| seconds("--duration", s))
         .transpose()?;
-    let endpoints: Vec<String> = common.endpoints.iter().map(|e| url_of(e)).collect();
+    let endpoints: Vec<String> = common.target.urls();
 
-    let targets = if common.leader_only {
+    let targets = if common.target.leader_only {
         vec![find_leader(&endpoints, timeout).await?]
     } else {
         endpoints.clone()
     };
-    let connections = common.connections.unwrap_or(endpoints.len());
+    let connections = common.target.connections.unwrap_or(endpoints.len());
     let mut channels = Vec::with_capacity(connections);
     for i in 0..connections {
         let url = &targets[i % targets.len()];
@@ -187,23 +215,23 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         key_space: common.key_space,
     });
 
-    let label = common.label.clone().unwrap_or_else(|| targets.join(","));
+    let label = common
+        .target
+        .label
+        .clone()
+        .unwrap_or_else(|| targets.join(","));
     eprintln!(
         "bench {}: {} clients over {} connections to {}{}; {}",
         workload.name(),
         common.clients,
         connections,
         targets.join(","),
-        if common.leader_only {
+        if common.target.leader_only {
             " (the leader)"
         } else {
             ""
         },
-        match (common.total, duration) {
-            (0, Some(d)) => format!("for {:.1} s", d.as_secs_f64()),
-            (n, None) => format!("{n} requests"),
-            (n, Some(d)) => format!("{n} requests or {:.1} s", d.as_secs_f64()),
-        }
+        run_length(common.total, duration, "requests")
     );
 
     let interrupt = {
@@ -253,7 +281,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         errors,
         first_error.clone(),
     );
-    match common.write_out {
+    match common.target.write_out {
         WriteOut::Simple => print!("{}", summary.text()),
         WriteOut::Json => println!("{}", summary.json()),
     }
@@ -270,6 +298,15 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// "N requests", "for S s" or "N requests or S s": how long a run goes on.
+fn run_length(total: u64, duration: Option<Duration>, what: &str) -> String {
+    match (total, duration) {
+        (0, Some(d)) => format!("for {:.1} s", d.as_secs_f64()),
+        (n, None) => format!("{n} {what}"),
+        (n, Some(d)) => format!("{n} {what} or {:.1} s", d.as_secs_f64()),
+    }
+}
+
 /// A positive number of seconds given as option `flag`.
 fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(s)
@@ -279,17 +316,9 @@ fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
 }
 
 fn validate(c: &Common) -> Result<(), String> {
-    if c.endpoints.iter().all(|e| e.trim().is_empty()) {
-        return Err("--endpoints: at least one endpoint is needed".into());
-    }
-    if c.endpoints.iter().any(|e| e.trim().is_empty()) {
-        return Err("--endpoints: empty entry".into());
-    }
+    c.target.validate()?;
     if c.clients == 0 {
         return Err("--clients must be at least 1".into());
-    }
-    if c.connections == Some(0) {
-        return Err("--connections must be at least 1".into());
     }
     if c.total == 0 && c.duration.is_none() {
         return Err("--total 0 (no limit) needs --duration".into());
@@ -513,7 +542,7 @@ impl Summary {
             label,
             clients: common.clients,
             connections,
-            leader_only: common.leader_only,
+            leader_only: common.target.leader_only,
             seconds,
             ok,
             errors,

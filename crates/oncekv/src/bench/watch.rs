@@ -31,29 +31,21 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tonic::transport::Channel;
 
-use super::{WriteOut, connect, find_leader, json_escape, percentile, seconds, url_of};
+use super::{Target, WriteOut, connect, find_leader, json_escape, percentile, run_length, seconds};
 
 /// The sequence number and the send time at the start of every value.
 const STAMP_BYTES: usize = 16;
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// Client endpoints (host:port or http://host:port), comma separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379"
-    )]
-    pub endpoints: Vec<String>,
+    #[command(flatten)]
+    pub target: Target,
     /// Watchers, all of the same key (or prefix).
     #[arg(long, default_value_t = 1_000)]
     pub watchers: usize,
     /// Watch streams the watchers are spread over (many watchers on one stream).
     #[arg(long, default_value_t = 10)]
     pub streams: usize,
-    /// gRPC connections the streams are spread over (default: one per endpoint given).
-    #[arg(long)]
-    pub connections: Option<usize>,
     /// Puts the writer makes (0: no limit; then --duration is required).
     #[arg(long, default_value_t = 2_000)]
     pub total: u64,
@@ -75,33 +67,21 @@ pub struct WatchArgs {
     /// With --prefix: how many keys under the prefix the writer puts.
     #[arg(long, default_value_t = 100)]
     pub key_space: u64,
-    /// Write to the leader (found with Maintenance.Status) instead of the first endpoint.
-    #[arg(long)]
-    pub leader_only: bool,
     /// Seconds to wait after the last put for every watcher to receive every event.
     #[arg(long, default_value_t = 10.0)]
     pub drain: f64,
-    /// Per-put timeout, and the time allowed for creating the watchers, in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub timeout: f64,
-    /// A name for the target, repeated in the summary (e.g. "etcd" or "oncekv").
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Summary format.
-    #[arg(short = 'w', long = "write-out", value_enum, default_value_t = WriteOut::Simple)]
-    pub write_out: WriteOut,
 }
 
 pub async fn run(args: WatchArgs) -> Result<(), String> {
     validate(&args)?;
-    let timeout = seconds("--timeout", args.timeout)?;
+    let timeout = seconds("--timeout", args.target.timeout)?;
     let drain = seconds("--drain", args.drain)?;
     let duration = args
         .duration
         .map(|s| seconds("--duration", s))
         .transpose()?;
-    let endpoints: Vec<String> = args.endpoints.iter().map(|e| url_of(e)).collect();
-    let writer_url = if args.leader_only {
+    let endpoints: Vec<String> = args.target.urls();
+    let writer_url = if args.target.leader_only {
         find_leader(&endpoints, timeout).await?
     } else {
         endpoints[0].clone()
@@ -113,12 +93,16 @@ pub async fn run(args: WatchArgs) -> Result<(), String> {
             if args.prefix { "/" } else { "" }
         )
     });
-    let connections = args.connections.unwrap_or(endpoints.len());
+    let connections = args.target.connections.unwrap_or(endpoints.len());
     let mut channels = Vec::with_capacity(connections);
     for i in 0..connections {
         channels.push(connect(&endpoints[i % endpoints.len()], None).await?);
     }
-    let label = args.label.clone().unwrap_or_else(|| endpoints.join(","));
+    let label = args
+        .target
+        .label
+        .clone()
+        .unwrap_or_else(|| endpoints.join(","));
     eprintln!(
         "bench watch: {} watchers of {key}{} on {} streams over {connections} connections to \
          {}; one writer to {writer_url}, {}{}",
@@ -126,11 +110,7 @@ pub async fn run(args: WatchArgs) -> Result<(), String> {
         if args.prefix { " (prefix)" } else { "" },
         args.streams,
         endpoints.join(","),
-        match (args.total, duration) {
-            (0, Some(d)) => format!("for {:.1} s", d.as_secs_f64()),
-            (n, None) => format!("{n} puts"),
-            (n, Some(d)) => format!("{n} puts or {:.1} s", d.as_secs_f64()),
-        },
+        run_length(args.total, duration, "puts"),
         if args.rate > 0.0 {
             format!(" at {} puts/s", args.rate)
         } else {
@@ -241,7 +221,7 @@ pub async fn run(args: WatchArgs) -> Result<(), String> {
         write_started,
         write_ended,
     );
-    match args.write_out {
+    match args.target.write_out {
         WriteOut::Simple => print!("{}", summary.text()),
         WriteOut::Json => println!("{}", summary.json()),
     }
@@ -249,11 +229,9 @@ pub async fn run(args: WatchArgs) -> Result<(), String> {
 }
 
 fn validate(args: &WatchArgs) -> Result<(), String> {
-    if args.endpoints.iter().any(|e| e.trim().is_empty()) {
-        return Err("--endpoints: empty entry".into());
-    }
-    if args.watchers == 0 || args.streams == 0 || args.connections == Some(0) {
-        return Err("--watchers, --streams and --connections must be at least 1".into());
+    args.target.validate()?;
+    if args.watchers == 0 || args.streams == 0 {
+        return Err("--watchers and --streams must be at least 1".into());
     }
     if args.streams > args.watchers {
         return Err(format!(
