@@ -3,6 +3,7 @@
 use oncekv_core as core;
 use oncekv_core::{CompareResult, CompareTarget, KeyRange, SortOrder, SortTarget};
 
+use crate::core_shim::{Event, EventKind}; // TEMPORARY: oncekv_core once it lands
 use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::mvccpb;
@@ -212,5 +213,19 @@ pub fn txn_response(r: core::TxnResponse, header: Option<pb::ResponseHeader>) ->
         header,
         succeeded: r.succeeded,
         responses,
+    }
+}
+
+/// A history event as etcd's `mvccpb.Event`. A delete's `kv` carries the key and the
+/// delete's revision only, as etcd's does.
+pub fn event(e: Event) -> mvccpb::Event {
+    let kind = match e.kind {
+        EventKind::Put => mvccpb::event::EventType::Put,
+        EventKind::Delete => mvccpb::event::EventType::Delete,
+    };
+    mvccpb::Event {
+        r#type: kind as i32,
+        kv: Some(key_value(e.kv)),
+        prev_kv: e.prev_kv.map(key_value),
     }
 }
