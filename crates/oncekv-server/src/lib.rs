@@ -17,7 +17,6 @@
 
 pub mod authority;
 pub mod config;
-mod core_shim; // TEMPORARY: removed when the core lands
 pub mod disk;
 pub mod error;
 pub mod etcd;

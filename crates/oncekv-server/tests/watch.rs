@@ -246,7 +246,7 @@ async fn watch_on_a_follower_replays_history_then_follows_writes_made_elsewhere(
         .unwrap()
         .revision;
     let mut by_watcher: std::collections::BTreeMap<i64, Vec<Event>> = Default::default();
-    while by_watcher.get(&0).map_or(0, Vec::len) < 2 || by_watcher.get(&5).is_none() {
+    while by_watcher.get(&0).map_or(0, Vec::len) < 2 || !by_watcher.contains_key(&5) {
         let r = s.next().await;
         by_watcher.entry(r.watch_id).or_default().extend(r.events);
     }
@@ -509,6 +509,12 @@ async fn watcher_on_a_member_that_installs_a_snapshot_misses_nothing() {
     .await;
     let created = s.next().await;
     assert!(created.created);
+    // Which case this run exercised: below `last`, the watch was created before the
+    // snapshot arrived and followed the install.
+    eprintln!(
+        "watch created at revision {} of {last}",
+        created.header.unwrap().revision
+    );
     let events = s.events(0, (last - before) as usize).await;
     let revisions: Vec<i64> = events
         .iter()

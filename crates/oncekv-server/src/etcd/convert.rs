@@ -1,9 +1,10 @@
 //! Between etcd's protobuf messages and the core's request and response types.
 
 use oncekv_core as core;
-use oncekv_core::{CompareResult, CompareTarget, KeyRange, SortOrder, SortTarget};
+use oncekv_core::{
+    CompareResult, CompareTarget, Event, EventKind, KeyRange, SortOrder, SortTarget,
+};
 
-use crate::core_shim::{Event, EventKind}; // TEMPORARY: oncekv_core once it lands
 use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::mvccpb;

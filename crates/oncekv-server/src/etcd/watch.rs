@@ -57,7 +57,6 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use crate::core_shim::HistoryShim as _; // TEMPORARY: the core's own methods once it lands
 use crate::error::{ApiError, ProposeError};
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::watch_create_request::FilterType;
