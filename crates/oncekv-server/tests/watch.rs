@@ -552,3 +552,49 @@ async fn stopping_a_member_ends_its_watch_streams_promptly() {
         Ok(Some(r)) => panic!("unexpected response {r:?}"),
     }
 }
+
+// etcdctl and clientv3 mark watch streams "require leader": a member cut off from the
+// cluster must end such a stream (etcd's "no leader", Unavailable) so the client moves
+// to a member that still sees writes, instead of watching a frozen view forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_leader_stream_ends_when_its_member_loses_the_leader() {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(LEADER_WAIT).await;
+    let survivor = (leader + 1) % 3;
+    let mut client = WatchClient::connect(cluster.endpoint(survivor))
+        .await
+        .unwrap();
+    let (requests, rx) = mpsc::channel(4);
+    let mut call = tonic::Request::new(ReceiverStream::new(rx));
+    call.metadata_mut()
+        .insert("hasleader", "true".parse().unwrap());
+    let mut responses = client.watch(call).await.unwrap().into_inner();
+    requests
+        .send(WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(create("x"))),
+        })
+        .await
+        .unwrap();
+    let created = responses.message().await.unwrap().unwrap();
+    assert!(created.created);
+    for i in 0..3 {
+        if i != survivor {
+            cluster.stop(i).await;
+        }
+    }
+    let end = tokio::time::timeout(Duration::from_secs(20), responses.message())
+        .await
+        .expect("the stream ends once no leader is seen");
+    let status = end.expect_err("ends with an error");
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert_eq!(status.message(), "etcdserver: no leader");
+    // And a new require-leader stream is refused outright.
+    let mut call = tonic::Request::new(tokio_stream::iter(Vec::<WatchRequest>::new()));
+    call.metadata_mut()
+        .insert("hasleader", "true".parse().unwrap());
+    let refused = client
+        .watch(call)
+        .await
+        .expect_err("refused without a leader");
+    assert_eq!(refused.code(), tonic::Code::Unavailable);
+}
