@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use oncekv_core::Settings;
 
+use crate::compactor::AutoCompaction;
 use crate::disk::Disk;
 use crate::runtime::Clock;
 use crate::sm_store::ApplyObserver;
@@ -38,6 +39,8 @@ pub struct NodeConfig {
     pub watch_progress_notify_interval: Duration,
     /// Replicated settings proposed when the cluster first forms.
     pub settings: Settings,
+    /// etcd's auto-compaction (off by default, as in etcd 3.4).
+    pub auto_compaction: AutoCompaction,
     pub batch: BatchLimits,
     /// The clock this member stamps entries with while it leads.
     pub clock: Clock,
@@ -70,6 +73,7 @@ impl NodeConfig {
             request_timeout: Duration::from_secs(7),
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             settings: Settings::default(),
+            auto_compaction: AutoCompaction::Off,
             batch: BatchLimits::default(),
             clock: Clock::system(),
             disk: crate::disk::os_disk(),
