@@ -30,10 +30,12 @@
 //! - cancel: `canceled` with the header at the current revision; an unknown id is
 //!   ignored.
 //! - progress request: `watch_id` -1 with the header at the revision current when it
-//!   arrived. etcd 3.4 sends it at once, possibly ahead of events at or below that
-//!   revision (etcd issue 15220, fixed in 3.5 by waiting for synced watchers); it is
-//!   sent here once every watcher of the stream has been given every event up to it, so
-//!   the revision it reports is a promise.
+//!   arrived. etcd 3.4.23 (the version checked) sends it at once, possibly ahead of
+//!   events at or below that revision (etcd issue 15220; later releases, 3.4 included,
+//!   wait until the stream's watchers are synced, PR 15237); here it is sent once every
+//!   watcher of the stream has been given every event up to it, so the revision it
+//!   reports is a promise. A watcher waiting for a future `start_revision` does not hold
+//!   it back.
 //! - `progress_notify`: every [`NodeConfig::watch_progress_notify_interval`] a watcher
 //!   that is caught up and got no events since the last tick gets an empty response with
 //!   its id and the current revision.
