@@ -604,3 +604,77 @@ async fn require_leader_stream_ends_when_its_member_loses_the_leader() {
         .expect_err("refused without a leader");
     assert_eq!(refused.code(), tonic::Code::Unavailable);
 }
+
+// Many watchers per stream and many streams per connection, created while writes go on:
+// each watcher, on its own, gets every revision of its range once and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watchers_on_many_streams_each_get_every_revision_once() {
+    const STREAMS: usize = 8;
+    const WATCHERS: i64 = 25;
+    const WRITES: i64 = 60;
+    let cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(LEADER_WAIT).await;
+    let follower = (leader + 1) % 3;
+    let mut kv = cluster.kv(leader).await;
+    let from = put(&mut kv, "m/start", "0").await.unwrap() + 1;
+    let writer = tokio::spawn(async move {
+        let mut last = 0;
+        for i in 0..WRITES {
+            last = put(&mut kv, &format!("m/{}", i % 4), &i.to_string())
+                .await
+                .unwrap();
+        }
+        last
+    });
+    // One connection, several streams on it.
+    let channel = tonic::transport::Endpoint::from_shared(cluster.endpoint(follower))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let (requests, rx) = mpsc::channel(WATCHERS as usize);
+        let responses = WatchClient::new(channel.clone())
+            .watch(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        let s = Stream {
+            requests,
+            responses,
+        };
+        for _ in 0..WATCHERS {
+            s.create(WatchCreateRequest {
+                start_revision: from,
+                ..prefix("m/")
+            })
+            .await;
+        }
+        streams.push(s);
+    }
+    let last = writer.await.unwrap();
+    assert_eq!(last, from + WRITES - 1);
+    for mut s in streams {
+        let mut next = vec![from; WATCHERS as usize];
+        let mut created = 0;
+        while created < WATCHERS || next.iter().any(|n| *n <= last) {
+            let r = s.next().await;
+            if r.created {
+                created += 1;
+                continue;
+            }
+            let n = &mut next[usize::try_from(r.watch_id).unwrap()];
+            for e in &r.events {
+                assert_eq!(
+                    e.kv.as_ref().unwrap().mod_revision,
+                    *n,
+                    "watcher {}",
+                    r.watch_id
+                );
+                *n += 1;
+            }
+        }
+        assert!(next.iter().all(|n| *n == last + 1));
+    }
+}
