@@ -12,8 +12,14 @@ use etcd_client::{
     PutOptions, Txn, TxnOp, WatchOptions,
 };
 
+/// The tests here each run a 3-member cluster with fast election timeouts, and the
+/// etcd-client crate does not retry a request that meets an election ("no leader"): two
+/// clusters at once on a loaded 2-core machine made elections, and these tests, flaky.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_client_crate_works_unchanged() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = TestCluster::start(3, |_| {}).await;
     cluster.wait_leader(Duration::from_secs(10)).await;
     let mut c = Client::connect(cluster.endpoints(), None).await.unwrap();
@@ -153,6 +159,7 @@ async fn etcd_client_crate_works_unchanged() {
 // and reads at past revisions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_client_crate_watch_and_compact() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = TestCluster::start(3, |_| {}).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
     let follower = (leader + 1) % 3;
