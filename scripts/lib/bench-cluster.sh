@@ -113,7 +113,7 @@ cpu_seconds() {
 # json_field FILE KEY: the first number named KEY in the (one-line) JSON summary of
 # `oncekv bench`.
 json_field() {
-    sed -n "s/.*\"$2\":\([0-9.]*\).*/\1/p" "$1" | head -n 1
+    grep -o "\"$2\":[0-9.]*" "$1" | head -n 1 | cut -d: -f2
 }
 
 # An awk function for the summaries: field(FILE, KEY), the first number named KEY in the
