@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use oncekv_core::{KeyRange, OpError};
+use oncekv_core::{KeyRange, OpError, ReadLimit};
 use prost::Message;
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
@@ -83,9 +83,14 @@ const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream
 /// Responses a stream may have queued for its client; beyond that, the stream's task
 /// waits for the client to read. Bounds a stream's memory to this many responses.
 const STREAM_BUFFER: usize = 64;
-/// Events read from history for one watcher at a time (a batch never splits a
-/// revision, so it may hold more when one revision changed more keys).
-const EVENTS_PER_READ: usize = 256;
+/// What is read from history for one watcher at a time: up to 256 events or 4 MiB of keys
+/// and values, whichever comes first (a batch never splits a revision, so it may hold
+/// more when one revision changed more keys). With [`STREAM_BUFFER`] this bounds what a
+/// stream holds for a client that does not read.
+const PER_READ: ReadLimit = ReadLimit {
+    events: 256,
+    bytes: 4 << 20,
+};
 /// A require-leader stream ends after this many election timeouts without a leader,
 /// as etcd's does (`v3rpc/interceptor.go`, `maxNoLeaderCnt`).
 const NO_LEADER_ELECTION_TIMEOUTS: u32 = 3;
@@ -416,7 +421,7 @@ impl StreamTask {
             let applied = self.node.applied().read();
             applied
                 .sm
-                .events(&w.range, w.next, w.prev_kv, EVENTS_PER_READ)
+                .events(&w.range, w.next, w.prev_kv, PER_READ)
                 .map_err(|e| (e, applied.sm.compacted_revision()))
         };
         let batch = match read {
