@@ -94,6 +94,7 @@ pub mod responses;
 mod retry;
 mod session;
 mod transport;
+mod watch;
 
 pub use client::{Client, ClientStats};
 pub use config::ClientConfig;
@@ -101,9 +102,12 @@ pub use error::Error;
 pub use oncekv_core::KeyValue;
 pub use options::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp,
+    WatchOptions,
 };
 pub use responses::{
-    DeleteResponse, Header, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevokeResponse,
-    LeaseTimeToLiveResponse, Member, MemberListResponse, PutResponse, RangeResponse, Status,
-    TxnOpResponse, TxnResponse,
+    CompactResponse, DeleteResponse, Event, EventType, Header, LeaseGrantResponse,
+    LeaseKeepAliveResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse, Member,
+    MemberListResponse, PutResponse, RangeResponse, Status, TxnOpResponse, TxnResponse,
+    WatchResponse,
 };
+pub use watch::Watcher;

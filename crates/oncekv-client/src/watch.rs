@@ -1,0 +1,807 @@
+//! Watch: the changes to a key range, as a stream that outlives the member serving it.
+//!
+//! Each [`Watcher`] has its own gRPC `Watch` stream to one member, run by a background
+//! task. The task remembers how far delivery has got (the [`Cursor`]): the first revision
+//! not yet delivered. When the stream fails (the member stopped, the connection was reset
+//! or went silent), the task opens a stream to another member and creates the watch again
+//! from exactly that revision. Every member serves watches from its own applied history,
+//! so the resumed watch replays what the caller has not seen and goes on live: each
+//! revision is delivered once, in order, with no gap.
+//!
+//! That rests on three promises of the server (etcd makes the same ones):
+//! - a watch created from revision `r` reports every matching event from `r` on, in
+//!   revision order, and never splits one revision's events between responses (fragments
+//!   aside, which the task joins);
+//! - the `created` response of a watch with no start revision carries the revision the
+//!   watch starts after (used only if the stream fails before any event arrives);
+//! - a progress notification at revision `r` comes after every event up to `r`.
+//!
+//! An event below a revision already delivered would break the promise to the caller, so
+//! the task ends the watch with [`Error::Internal`] instead of passing it on.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use oncekv_proto::etcdserverpb::watch_client::WatchClient;
+use oncekv_proto::etcdserverpb::{self as pb, watch_request::RequestUnion};
+use oncekv_proto::mvccpb;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use crate::client::Client;
+use crate::error::{Error, Failure, classify, timed_out};
+use crate::options::WatchOptions;
+use crate::responses::{Event, WatchResponse};
+use crate::retry::Budget;
+
+/// Responses delivered but not yet taken by the caller. A caller that falls behind stops
+/// the task reading its stream, so the server (not this client) holds the backlog, and
+/// serves it from history.
+const DELIVERY_QUEUE: usize = 16;
+/// How long a cancel waits for the server to confirm before the stream is just dropped
+/// (which ends the watch on the server as well).
+const CANCEL_WAIT: Duration = Duration::from_secs(1);
+
+impl Client {
+    /// Watches `key` (or the range `options` select): a [`Watcher`] yielding the matching
+    /// events, in revision order, from `options`' start revision (default: changes made
+    /// after the watch is created) until it is cancelled or dropped.
+    ///
+    /// Returns once a member has answered the create request. If the member serving the
+    /// watch fails later, the watcher resumes on another member from the revision after
+    /// the last one it delivered (see [`Watcher`]).
+    ///
+    /// Fails if no member answers within the retry budget, or if the server refuses the
+    /// stream (etcd servers before v3, or a member without Watch: `Unimplemented`).
+    pub async fn watch(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: WatchOptions,
+    ) -> Result<Watcher, Error> {
+        let start_revision = options.start_revision();
+        let shared = Arc::new(Shared {
+            next_revision: AtomicI64::new(start_revision),
+            resumes: AtomicU64::new(0),
+            endpoint: Mutex::new(None),
+        });
+        let (responses_tx, responses) = mpsc::channel(DELIVERY_QUEUE);
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let (created_tx, created) = oneshot::channel();
+        let task = WatchTask {
+            client: self.clone(),
+            key: Bytes::from(key.into()),
+            options,
+            cursor: Cursor::new(start_revision),
+            shared: shared.clone(),
+            responses: responses_tx,
+            control,
+            created: Some(created_tx),
+        };
+        let task = tokio::spawn(task.run());
+        let watcher = Watcher {
+            responses,
+            control: control_tx,
+            shared,
+            task: Some(task),
+        };
+        match created.await {
+            Ok(Ok(())) => Ok(watcher),
+            Ok(Err(e)) => Err(e),
+            // The task ended without a word: it can only have panicked.
+            Err(_) => Err(Error::Internal("the watch task ended unexpectedly".into())),
+        }
+    }
+}
+
+/// A live watch: call [`next`](Watcher::next) (or use it as a [`Stream`]) for its
+/// responses.
+///
+/// Each response holds the events of one or more whole revisions, in revision order;
+/// together they hold every matching event from the start revision on, each once. A
+/// response without events is a progress notification (asked for with
+/// [`WatchOptions::with_progress_notify`] or [`request_progress`](Watcher::request_progress)).
+///
+/// **Resume.** When the stream to the serving member fails (the member stopped or
+/// crashed, the connection was reset, or went silent and HTTP/2 keep-alive gave up on it),
+/// the watcher moves to another member and creates the watch again from
+/// [`next_revision`](Watcher::next_revision), retrying with backoff within the client's
+/// retry budget ([`ClientConfig`](crate::ClientConfig)), which starts afresh after each
+/// successful resume. Nothing is missed and nothing repeated. If the budget runs out,
+/// `next` returns the last transport error and the watch ends; `next_revision` then says
+/// where to watch again from.
+///
+/// **End.** The watch ends (`next` returns `None` after the final item) when it is
+/// cancelled, or with an error when the server cancels it: [`Error::Compacted`] if it
+/// needs revisions compaction removed (its start, or where it would resume after an
+/// outage), [`Error::WatchCanceled`] for any other reason. Dropping the watcher ends the
+/// watch on the server too.
+#[derive(Debug)]
+pub struct Watcher {
+    responses: mpsc::Receiver<Result<WatchResponse, Error>>,
+    control: mpsc::UnboundedSender<Control>,
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// What the caller's [`Watcher`] and its task share.
+#[derive(Debug)]
+struct Shared {
+    /// The first revision not yet delivered (0: "from now on", until the watch is created).
+    next_revision: AtomicI64,
+    /// Times the watch was created again on a member after its stream failed.
+    resumes: AtomicU64,
+    /// The endpoint serving the watch now (`None` while between members).
+    endpoint: Mutex<Option<String>>,
+}
+
+/// Requests from the [`Watcher`] to its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Control {
+    Progress,
+    Cancel,
+}
+
+impl Watcher {
+    /// The next response, `Some(Err(_))` once if the watch ended with an error, or `None`
+    /// when it has ended. Cancel-safe (may be used in `select!`).
+    pub async fn next(&mut self) -> Option<Result<WatchResponse, Error>> {
+        self.responses.recv().await
+    }
+
+    /// Asks the serving member for a progress notification (a response without events
+    /// carrying the revision every event up to which has been delivered). Best effort: a
+    /// request made while the watch is between members is dropped.
+    pub fn request_progress(&self) {
+        let _ = self.control.send(Control::Progress);
+    }
+
+    /// Ends the watch: tells the serving member to cancel it and waits (about a second at
+    /// most) for the task to finish. Responses already delivered are dropped with the
+    /// watcher.
+    pub async fn cancel(mut self) {
+        let _ = self.control.send(Control::Cancel);
+        if let Some(task) = self.task.take() {
+            let wait = CANCEL_WAIT + Duration::from_millis(500);
+            let _ = tokio::time::timeout(wait, task).await;
+        }
+    }
+
+    /// The first revision the watcher has not delivered: where it resumes after losing its
+    /// member, and where to watch again from after it ended. 0 for a watch "from now on"
+    /// that no member has created yet.
+    pub fn next_revision(&self) -> i64 {
+        self.shared.next_revision.load(Ordering::Acquire)
+    }
+
+    /// How often the watch was resumed on a member after its stream failed.
+    pub fn resumes(&self) -> u64 {
+        self.shared.resumes.load(Ordering::Relaxed)
+    }
+
+    /// The endpoint serving the watch, if it is being served right now.
+    pub fn endpoint(&self) -> Option<String> {
+        self.shared
+            .endpoint
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl tokio_stream::Stream for Watcher {
+    type Item = Result<WatchResponse, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.responses.poll_recv(cx)
+    }
+}
+
+/// Where delivery has got, and the rules for each response from the server. Pure: the
+/// task feeds it responses and acts on the [`Step`] it returns.
+#[derive(Debug)]
+struct Cursor {
+    /// The first revision not yet delivered: a resumed watch starts here. 0 while unknown
+    /// (a watch from now on, not created yet).
+    next: i64,
+    /// Whether `next` is certain: the caller's start revision, or past a delivered event
+    /// or a progress notification. A `next` taken from a `created` response's header is
+    /// the server's estimate of where the watch began; an event below it is passed on
+    /// (the server's watcher started earlier) rather than treated as a repeat.
+    certain: bool,
+    /// Events of a fragmented response, until its last fragment.
+    fragments: Vec<mvccpb::Event>,
+}
+
+/// What to do with one response from the server.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Nothing for the caller (a `created` ack, a fragment of an unfinished response).
+    Nothing,
+    /// Deliver this response to the caller.
+    Deliver(WatchResponse),
+    /// The server ended the watch; tell the caller why.
+    End(Error),
+    /// The server confirmed the cancel the caller asked for.
+    Cancelled,
+}
+
+impl Cursor {
+    fn new(start_revision: i64) -> Cursor {
+        Cursor {
+            next: start_revision.max(0),
+            certain: start_revision > 0,
+            fragments: Vec::new(),
+        }
+    }
+
+    /// The start revision of a (re)created watch: where delivery has got (0: from now).
+    fn start(&self) -> i64 {
+        self.next
+    }
+
+    fn on_response(&mut self, r: pb::WatchResponse, cancelling: bool) -> Step {
+        let header_revision = r.header.as_ref().map_or(0, |h| h.revision);
+        if r.canceled {
+            self.fragments.clear();
+            return if r.compact_revision > 0 {
+                Step::End(Error::Compacted {
+                    compact_revision: r.compact_revision,
+                })
+            } else if cancelling {
+                Step::Cancelled
+            } else {
+                let reason = if r.cancel_reason.is_empty() {
+                    "no reason given".to_string()
+                } else {
+                    r.cancel_reason
+                };
+                Step::End(Error::WatchCanceled { reason })
+            };
+        }
+        if r.created {
+            // A watch from now on starts after the revision current at its creation.
+            if self.next == 0 && header_revision > 0 {
+                self.next = header_revision + 1;
+            }
+            if r.events.is_empty() {
+                return Step::Nothing;
+            }
+        }
+        if r.fragment {
+            self.fragments.extend(r.events);
+            return Step::Nothing;
+        }
+        let mut raw = std::mem::take(&mut self.fragments);
+        raw.extend(r.events);
+        let header = r.header.into();
+        if raw.is_empty() {
+            // Progress: every event up to the header's revision has been sent.
+            if header_revision >= self.next {
+                self.next = header_revision + 1;
+                self.certain = true;
+            }
+            return Step::Deliver(WatchResponse {
+                header,
+                events: Vec::new(),
+            });
+        }
+        let mut events = Vec::with_capacity(raw.len());
+        let mut last = if self.certain { self.next - 1 } else { 0 };
+        for e in raw {
+            let event = match Event::try_from(e) {
+                Ok(event) => event,
+                Err(what) => return Step::End(Error::Internal(format!("watch: {what}"))),
+            };
+            let revision = event.revision();
+            if revision <= 0 || revision < last {
+                return Step::End(Error::Internal(format!(
+                    "watch: the server sent an event of revision {revision} after revision \
+                     {last} (events must come once each, in revision order)"
+                )));
+            }
+            if revision == last && self.certain && revision < self.next {
+                return Step::End(Error::Internal(format!(
+                    "watch: the server sent revision {revision} again (it was delivered)"
+                )));
+            }
+            last = revision;
+            events.push(event);
+        }
+        self.next = last + 1;
+        self.certain = true;
+        Step::Deliver(WatchResponse { header, events })
+    }
+}
+
+/// How one stream to one member ended.
+#[derive(Debug)]
+enum Ended {
+    /// The watch is over (cancelled, dropped, or ended with an error already delivered).
+    Done,
+    /// The stream failed retryably; resume elsewhere. `served`: the watch had been
+    /// created on it (so a new outage begins, with a fresh retry budget).
+    Failed { error: Error, served: bool },
+}
+
+/// The background half of a [`Watcher`]: owns the stream, resumes it.
+struct WatchTask {
+    client: Client,
+    key: Bytes,
+    options: WatchOptions,
+    cursor: Cursor,
+    shared: Arc<Shared>,
+    responses: mpsc::Sender<Result<WatchResponse, Error>>,
+    control: mpsc::UnboundedReceiver<Control>,
+    /// Answers [`Client::watch`]: `Ok` once a member answered the create request (or the
+    /// error if none did). `None` once sent.
+    created: Option<oneshot::Sender<Result<(), Error>>>,
+}
+
+impl WatchTask {
+    async fn run(mut self) {
+        let transport = self.client.transport().clone();
+        transport.discover_once().await;
+        // The budget of the current outage (or of the first creation); `None` while the
+        // watch is served.
+        let mut budget: Option<Budget> = None;
+        loop {
+            let attempt_timeout = budget
+                .get_or_insert_with(|| Budget::new(self.client.config()))
+                .start_attempt();
+            let i = transport.current();
+            let (error, served) = match self.serve(i, attempt_timeout).await {
+                Ended::Done => return,
+                Ended::Failed { error, served } => (error, served),
+            };
+            self.set_endpoint(None);
+            if served {
+                budget = None;
+            }
+            transport.failed(i);
+            let delay = budget
+                .get_or_insert_with(|| Budget::new(self.client.config()))
+                .next_delay();
+            let Some(delay) = delay else {
+                self.finish(error).await;
+                return;
+            };
+            tracing::debug!(
+                endpoint = transport.url(i),
+                next_revision = self.cursor.start(),
+                ?delay,
+                "oncekv client: watch stream failed, resuming on another member: {error}"
+            );
+            let pause = tokio::time::sleep(delay);
+            tokio::pin!(pause);
+            loop {
+                tokio::select! {
+                    () = &mut pause => break,
+                    control = self.control.recv() => match control {
+                        None | Some(Control::Cancel) => return,
+                        // No stream to ask; the caller learns progress from what follows.
+                        Some(Control::Progress) => {}
+                    },
+                }
+            }
+            transport.find_leader().await;
+        }
+    }
+
+    /// Serves the watch over one stream to endpoint `i` until the stream fails or the
+    /// watch ends. `attempt_timeout` bounds opening the stream and getting the server's
+    /// first answer.
+    async fn serve(&mut self, i: usize, attempt_timeout: Duration) -> Ended {
+        let transport = self.client.transport().clone();
+        let url = transport.url(i).to_string();
+        let (generation, channel) = transport.channel_with_generation(i);
+        // Room for the create request and a few cancel/progress requests; more progress
+        // requests than fit are dropped (they are best effort).
+        let (requests, outbound) = mpsc::channel(8);
+        let create = self.options.request(self.key.clone(), self.cursor.start());
+        let _ = requests.try_send(pb::WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(create)),
+        });
+        let deadline = Instant::now() + attempt_timeout;
+        let opened = tokio::time::timeout_at(
+            deadline,
+            WatchClient::new(channel).watch(ReceiverStream::new(outbound)),
+        )
+        .await;
+        let timeout = || Error::Timeout {
+            endpoint: url.clone(),
+            after: attempt_timeout,
+        };
+        let mut stream: Streaming<pb::WatchResponse> = match opened {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => return self.failed(&status, &url, false).await,
+            Err(_) => {
+                // The connection may be hung: the next attempt to this member dials anew.
+                transport.reconnect(i, generation);
+                return Ended::Failed {
+                    error: timeout(),
+                    served: false,
+                };
+            }
+        };
+        let mut answered = false;
+        let mut watch_id = None;
+        let mut cancelling: Option<Instant> = None;
+        loop {
+            // Until the server answers the create request, the attempt's deadline holds;
+            // a cancel waits a little for the server's confirmation; otherwise no limit
+            // (HTTP/2 keep-alive notices a silent connection).
+            let wait_until = match cancelling {
+                Some(at) => Some(at),
+                None if !answered => Some(deadline),
+                None => None,
+            };
+            let message = tokio::select! {
+                m = stream.message() => m,
+                () = sleep_until(wait_until) => {
+                    if cancelling.is_some() {
+                        return Ended::Done;
+                    }
+                    transport.reconnect(i, generation);
+                    return Ended::Failed { error: timeout(), served: false };
+                }
+                control = self.control.recv() => {
+                    match control {
+                        None => return Ended::Done,
+                        Some(Control::Cancel) => {
+                            let Some(id) = watch_id else { return Ended::Done };
+                            let cancel = RequestUnion::CancelRequest(pb::WatchCancelRequest {
+                                watch_id: id,
+                            });
+                            let sent = requests.try_send(pb::WatchRequest {
+                                request_union: Some(cancel),
+                            });
+                            if sent.is_err() {
+                                return Ended::Done;
+                            }
+                            cancelling = Some(Instant::now() + CANCEL_WAIT);
+                        }
+                        Some(Control::Progress) => {
+                            let progress =
+                                RequestUnion::ProgressRequest(pb::WatchProgressRequest {});
+                            let _ = requests.try_send(pb::WatchRequest {
+                                request_union: Some(progress),
+                            });
+                        }
+                    }
+                    continue;
+                }
+            };
+            let response = match message {
+                Ok(Some(response)) => response,
+                Ok(None) => {
+                    // The member closed the stream without cancelling the watch (it is
+                    // shutting down): carry on elsewhere.
+                    if cancelling.is_some() {
+                        return Ended::Done;
+                    }
+                    return Ended::Failed {
+                        error: Error::Unavailable {
+                            endpoint: url,
+                            message: "the member ended the watch stream".into(),
+                        },
+                        served: answered,
+                    };
+                }
+                Err(status) => {
+                    if cancelling.is_some() {
+                        return Ended::Done;
+                    }
+                    if timed_out(&status) {
+                        transport.reconnect(i, generation);
+                    }
+                    return self.failed(&status, &url, answered).await;
+                }
+            };
+            if !answered {
+                answered = true;
+                watch_id = Some(response.watch_id);
+                self.set_endpoint(Some(url.clone()));
+                match self.created.take() {
+                    Some(created) => {
+                        let _ = created.send(Ok(()));
+                    }
+                    None => {
+                        self.shared.resumes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tracing::debug!(
+                    endpoint = %url,
+                    start_revision = self.cursor.start(),
+                    "oncekv client: watch created"
+                );
+            }
+            let step = self.cursor.on_response(response, cancelling.is_some());
+            self.shared
+                .next_revision
+                .store(self.cursor.start(), Ordering::Release);
+            match step {
+                Step::Nothing => {}
+                Step::Deliver(r) if cancelling.is_none() => {
+                    if !self.deliver(Ok(r)).await {
+                        return Ended::Done;
+                    }
+                }
+                Step::Deliver(_) => {}
+                Step::Cancelled => return Ended::Done,
+                Step::End(e) => {
+                    self.finish(e).await;
+                    return Ended::Done;
+                }
+            }
+        }
+    }
+
+    /// A stream to `url` failed with `status`: resume elsewhere if that is worth trying,
+    /// else end the watch with the error.
+    async fn failed(&mut self, status: &tonic::Status, url: &str, served: bool) -> Ended {
+        match classify(status, url) {
+            Failure::Retry { error, .. } => Ended::Failed { error, served },
+            Failure::Answer(error) => {
+                self.finish(error).await;
+                Ended::Done
+            }
+            Failure::SessionExpired(message) => {
+                self.finish(Error::SessionExpired(message)).await;
+                Ended::Done
+            }
+        }
+    }
+
+    /// Hands `item` to the caller, waiting while the caller's queue is full. `false` if
+    /// the caller is gone or cancelled meanwhile.
+    async fn deliver(&mut self, item: Result<WatchResponse, Error>) -> bool {
+        loop {
+            tokio::select! {
+                permit = self.responses.reserve() => {
+                    return match permit {
+                        Ok(permit) => {
+                            permit.send(item);
+                            true
+                        }
+                        Err(_) => false,
+                    };
+                }
+                control = self.control.recv() => match control {
+                    None | Some(Control::Cancel) => return false,
+                    // The caller is behind on what was already sent; progress is moot.
+                    Some(Control::Progress) => {}
+                },
+            }
+        }
+    }
+
+    /// Ends the watch with `error`: [`Client::watch`] returns it if no member ever
+    /// answered, else the caller's next `next()` does.
+    async fn finish(&mut self, error: Error) {
+        self.set_endpoint(None);
+        match self.created.take() {
+            Some(created) => {
+                let _ = created.send(Err(error));
+            }
+            None => {
+                self.deliver(Err(error)).await;
+            }
+        }
+    }
+
+    fn set_endpoint(&self, endpoint: Option<String>) {
+        *self
+            .shared
+            .endpoint
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = endpoint;
+    }
+}
+
+/// Sleeps until `at`, or forever when there is no deadline.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::responses::EventType;
+
+    fn header(revision: i64) -> Option<pb::ResponseHeader> {
+        Some(pb::ResponseHeader {
+            revision,
+            ..pb::ResponseHeader::default()
+        })
+    }
+
+    fn put(key: &str, revision: i64) -> mvccpb::Event {
+        mvccpb::Event {
+            r#type: mvccpb::event::EventType::Put as i32,
+            kv: Some(mvccpb::KeyValue {
+                key: Bytes::from(key.to_string()),
+                mod_revision: revision,
+                create_revision: revision,
+                version: 1,
+                value: Bytes::from_static(b"v"),
+                lease: 0,
+            }),
+            prev_kv: None,
+        }
+    }
+
+    fn created(revision: i64) -> pb::WatchResponse {
+        pb::WatchResponse {
+            header: header(revision),
+            created: true,
+            ..pb::WatchResponse::default()
+        }
+    }
+
+    fn events(header_revision: i64, revisions: &[i64]) -> pb::WatchResponse {
+        pb::WatchResponse {
+            header: header(header_revision),
+            events: revisions.iter().map(|r| put("k", *r)).collect(),
+            ..pb::WatchResponse::default()
+        }
+    }
+
+    fn delivered(step: Step) -> Vec<i64> {
+        match step {
+            Step::Deliver(r) => r.events.iter().map(Event::revision).collect(),
+            other => panic!("expected a delivery, got {other:?}"),
+        }
+    }
+
+    // Where a resumed watch starts is the whole of "no gap, no repeat": the revision after
+    // the last one delivered, or the caller's start if nothing was delivered yet.
+    #[test]
+    fn the_resume_point_follows_what_was_delivered() {
+        let mut c = Cursor::new(5);
+        assert_eq!(c.start(), 5, "nothing delivered: the caller's start");
+        assert_eq!(c.on_response(created(9), false), Step::Nothing);
+        assert_eq!(c.start(), 5, "created does not move an explicit start");
+        assert_eq!(
+            delivered(c.on_response(events(9, &[5, 5, 7]), false)),
+            [5, 5, 7]
+        );
+        assert_eq!(c.start(), 8);
+        // A progress notification at 12: nothing matched in 8..=12.
+        let progress = c.on_response(events(12, &[]), false);
+        assert!(matches!(progress, Step::Deliver(ref r) if r.is_progress_notify()));
+        assert_eq!(c.start(), 13);
+        // A progress notification behind the cursor changes nothing.
+        c.on_response(events(10, &[]), false);
+        assert_eq!(c.start(), 13);
+    }
+
+    // A watch from now on that fails before its first event must resume after the
+    // revision it was created at, not "from now" again (which would skip what happened
+    // during the outage).
+    #[test]
+    fn a_watch_from_now_resumes_after_its_creation_revision() {
+        let mut c = Cursor::new(0);
+        assert_eq!(c.start(), 0);
+        c.on_response(created(41), false);
+        assert_eq!(c.start(), 42);
+        // The server's watcher may have begun a little before the revision its created
+        // answer reports: such an event is delivered, not refused.
+        assert_eq!(delivered(c.on_response(events(42, &[41]), false)), [41]);
+        assert_eq!(c.start(), 42);
+    }
+
+    // A repeated or reordered revision would break the promise to the caller; ending the
+    // watch loudly (a server bug) beats passing it on.
+    #[test]
+    fn repeats_and_reordering_end_the_watch_as_a_server_bug() {
+        let cases: [(&[i64], &[i64]); 4] = [
+            (&[3], &[3]),
+            (&[3], &[2]),
+            (&[], &[4, 3]),
+            (&[3, 4], &[4, 5]),
+        ];
+        for (first, second) in cases {
+            let mut c = Cursor::new(1);
+            if !first.is_empty() {
+                delivered(c.on_response(events(9, first), false));
+            }
+            let step = c.on_response(events(9, second), false);
+            assert!(
+                matches!(step, Step::End(Error::Internal(_))),
+                "{first:?} then {second:?}: {step:?}"
+            );
+        }
+    }
+
+    // Fragments are parts of one response: delivering them one by one would let a resume
+    // land inside a revision.
+    #[test]
+    fn fragments_are_joined_into_one_response() {
+        let mut c = Cursor::new(1);
+        let mut part = events(9, &[4, 4]);
+        part.fragment = true;
+        assert_eq!(c.on_response(part, false), Step::Nothing);
+        assert_eq!(c.start(), 1);
+        assert_eq!(delivered(c.on_response(events(9, &[4]), false)), [4, 4, 4]);
+        assert_eq!(c.start(), 5);
+    }
+
+    // The caller must be able to tell "history is gone" (and from where it is kept) from
+    // any other cancel, and from the cancel it asked for.
+    #[test]
+    fn cancels_say_why() {
+        let cancel = |compact_revision, reason: &str| pb::WatchResponse {
+            canceled: true,
+            compact_revision,
+            cancel_reason: reason.to_string(),
+            ..pb::WatchResponse::default()
+        };
+        let mut c = Cursor::new(2);
+        assert_eq!(
+            c.on_response(cancel(7, ""), false),
+            Step::End(Error::Compacted {
+                compact_revision: 7
+            })
+        );
+        assert_eq!(
+            c.on_response(cancel(0, "permission denied"), false),
+            Step::End(Error::WatchCanceled {
+                reason: "permission denied".into()
+            })
+        );
+        assert_eq!(c.on_response(cancel(0, ""), true), Step::Cancelled);
+        // Compaction wins even while cancelling: the caller should know history is gone.
+        assert!(matches!(
+            c.on_response(cancel(7, ""), true),
+            Step::End(Error::Compacted { .. })
+        ));
+    }
+
+    #[test]
+    fn events_keep_their_kind_and_previous_value() {
+        let mut c = Cursor::new(1);
+        let mut delete = put("k", 3);
+        delete.r#type = mvccpb::event::EventType::Delete as i32;
+        delete.prev_kv = put("k", 2).kv;
+        let step = c.on_response(
+            pb::WatchResponse {
+                header: header(3),
+                events: vec![put("k", 2), delete],
+                ..pb::WatchResponse::default()
+            },
+            false,
+        );
+        let Step::Deliver(r) = step else {
+            panic!("{step:?}")
+        };
+        assert_eq!(r.events[0].kind, EventType::Put);
+        assert_eq!(r.events[1].kind, EventType::Delete);
+        assert_eq!(
+            r.events[1].prev_kv.as_ref().map(|kv| kv.mod_revision),
+            Some(2)
+        );
+        let mut broken = put("k", 4);
+        broken.r#type = 7;
+        let step = c.on_response(events(4, &[]), false);
+        assert!(matches!(step, Step::Deliver(_)));
+        let step = c.on_response(
+            pb::WatchResponse {
+                events: vec![broken],
+                ..pb::WatchResponse::default()
+            },
+            false,
+        );
+        assert!(matches!(step, Step::End(Error::Internal(_))), "{step:?}");
+    }
+}
