@@ -113,9 +113,20 @@ pub enum Op {
     Put(PutRequest),
     DeleteRange(DeleteRangeRequest),
     Txn(TxnRequest),
-    LeaseGrant { id: i64, ttl: i64 },
-    LeaseRevoke { id: i64 },
-    LeaseKeepAlive { id: i64 },
+    LeaseGrant {
+        id: i64,
+        ttl: i64,
+    },
+    LeaseRevoke {
+        id: i64,
+    },
+    LeaseKeepAlive {
+        id: i64,
+    },
+    /// etcd's Compact: drop history before `revision` (see `history.rs`).
+    Compact {
+        revision: i64,
+    },
 }
 
 impl Op {
@@ -201,8 +212,8 @@ pub struct RangeRequest {
     pub range: KeyRange,
     /// At most this many kvs (0: no limit); `more` tells if some were left out.
     pub limit: i64,
-    /// Read at this revision (0: current). Older revisions answer `Compacted` (no MVCC
-    /// history is kept); newer ones `FutureRevision`.
+    /// Read at this revision (0: current). Revisions below the compacted one answer
+    /// `Compacted`; newer than the store's, `FutureRevision`.
     pub revision: i64,
     pub sort_order: SortOrder,
     pub sort_target: SortTarget,
@@ -315,6 +326,7 @@ pub enum OpResponse {
     LeaseGrant { id: i64, ttl: i64 },
     LeaseRevoke,
     LeaseKeepAlive { id: i64, ttl: i64 },
+    Compact,
 }
 
 /// An op that was applied (or refused by the store's rules), with the store revision right

@@ -44,6 +44,7 @@ mod tag {
     pub(super) const TARGET_MOD: u64 = 10;
     pub(super) const TARGET_VALUE: u64 = 11;
     pub(super) const TARGET_LEASE: u64 = 12;
+    pub(super) const COMPACT: u64 = 13;
 }
 
 /// 64 × 64 → 128-bit multiply, folded back to 64 bits: every input bit reaches every output
@@ -246,6 +247,10 @@ impl Digest {
             Op::LeaseKeepAlive { id } => {
                 self.word(tag::LEASE_KEEP_ALIVE);
                 self.int(*id);
+            }
+            Op::Compact { revision } => {
+                self.word(tag::COMPACT);
+                self.int(*revision);
             }
         }
     }

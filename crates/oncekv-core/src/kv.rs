@@ -1,8 +1,10 @@
-//! The key-value store with etcd's revision semantics, without MVCC history.
+//! The key-value store with etcd's revision semantics and MVCC history.
 //!
 //! One store revision per mutating command (a txn's writes share one), per-key
 //! `create_revision`, `mod_revision` and `version`. Writes go through a [`Write`] so that a
-//! txn can make several changes at the revision it will commit.
+//! txn can make several changes at the revision it will commit. Every change is also
+//! recorded in the [`History`], which serves reads at older revisions and watches, until
+//! compacted.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::{Entry, OccupiedEntry, VacantEntry};
@@ -15,6 +17,7 @@ use crate::command::{
     DeleteRangeRequest, DeleteRangeResponse, KeyRange, KeyValue, OpError, RangeRequest,
     RangeResponse, SortOrder, SortTarget,
 };
+use crate::history::{Change, History};
 
 /// What the store keeps for a key (the key itself is the map key).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,11 +42,13 @@ impl Value {
     }
 }
 
-/// The key space and its revision counter. A fresh store is at revision 1, as etcd is.
+/// The key space (the head), its revision counter and its history. A fresh store is at
+/// revision 1, as etcd is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvStore {
     map: BTreeMap<Bytes, Value>,
     revision: i64,
+    history: History,
 }
 
 impl Default for KvStore {
@@ -51,6 +56,7 @@ impl Default for KvStore {
         KvStore {
             map: BTreeMap::new(),
             revision: 1,
+            history: History::default(),
         }
     }
 }
@@ -90,6 +96,15 @@ fn is_empty_range(range: &KeyRange) -> bool {
     !range.range_end.is_empty() && range.range_end.as_ref() != b"\0" && range.range_end <= range.key
 }
 
+/// [`bounds`], or bounds that select nothing for a range whose end is not after its start.
+fn scan_bounds(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    if is_empty_range(range) {
+        (Bound::Unbounded, Bound::Excluded(&b""[..]))
+    } else {
+        bounds(range)
+    }
+}
+
 impl KvStore {
     pub fn revision(&self) -> i64 {
         self.revision
@@ -113,22 +128,59 @@ impl KvStore {
     }
 
     /// Rebuilds a store (restore from a snapshot).
-    pub fn from_parts(revision: i64, entries: impl IntoIterator<Item = (Bytes, Value)>) -> Self {
+    pub fn from_parts(
+        revision: i64,
+        entries: impl IntoIterator<Item = (Bytes, Value)>,
+        compacted: i64,
+        changes: Vec<Change>,
+    ) -> Self {
         KvStore {
             map: entries.into_iter().collect(),
             revision,
+            history: History::from_parts(compacted, changes),
         }
+    }
+
+    /// The history of changes since the last compaction.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// The compacted revision (0: never compacted).
+    pub fn compacted_revision(&self) -> i64 {
+        self.history.compacted()
     }
 
     /// The keys (with values) in `range`, in key order.
     pub fn scan<'a>(&'a self, range: &'a KeyRange) -> impl Iterator<Item = (&'a Bytes, &'a Value)> {
-        let empty = is_empty_range(range);
-        let (start, end) = if empty {
-            (Bound::Unbounded, Bound::Excluded(&b""[..]))
-        } else {
-            bounds(range)
-        };
-        self.map.range::<[u8], _>((start, end))
+        self.map.range::<[u8], _>(scan_bounds(range))
+    }
+
+    /// The keys in `range` with the values they had at `revision`, in key order: the
+    /// head's, with the changes made after `revision` undone.
+    fn scan_at<'a>(&'a self, range: &'a KeyRange, revision: i64) -> Vec<(&'a Bytes, &'a Value)> {
+        let undone = self.history.undo_after(range, revision);
+        let mut head = self.scan(range).peekable();
+        let mut undone = undone.into_iter().peekable();
+        let mut out = Vec::new();
+        loop {
+            // Both in key order; a key changed since `revision` takes its undone value.
+            let take_head = match (head.peek(), undone.peek()) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((a, _)), Some((b, _))) => a < b,
+            };
+            if take_head {
+                out.extend(head.next());
+            } else if let Some((key, value)) = undone.next() {
+                head.next_if(|(k, _)| *k == key);
+                if let Some(v) = value {
+                    out.push((key, v));
+                }
+            }
+        }
+        out
     }
 
     /// Starts a mutation at the next revision.
@@ -146,21 +198,49 @@ impl KvStore {
         }
     }
 
-    /// Whether a read at `revision` (0: current) can be served: no history is kept, so
-    /// older revisions are `Compacted`.
+    /// Whether a read at `revision` (0: current) can be served: not past the store's
+    /// revision (`FutureRevision`), not below the compacted one (`Compacted`).
     pub fn check_revision(&self, revision: i64) -> Result<(), OpError> {
         if revision > self.revision {
             return Err(OpError::FutureRevision);
         }
-        if revision > 0 && revision < self.revision {
+        if revision > 0 && revision < self.history.compacted() {
             return Err(OpError::Compacted);
         }
         Ok(())
     }
 
-    /// etcd's Range. Reads see writes already made in the current txn.
+    /// etcd's Range, at `req.revision` (0: current). A current read sees writes already
+    /// made in the current txn; a read at a revision sees that revision only.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, OpError> {
         self.check_revision(req.revision)?;
+        // The head answers when nothing was written after the revision asked for.
+        if req.revision == 0 || req.revision >= self.history.last_revision() {
+            Ok(self.select(req, self.scan(&req.range)))
+        } else {
+            Ok(self.select(req, self.scan_at(&req.range, req.revision).into_iter()))
+        }
+    }
+
+    /// etcd's Compact: history before `revision` is dropped (see [`History::compact`]).
+    /// Refused at or below the compacted revision, and past the current one, as etcd does.
+    pub fn compact(&mut self, revision: i64) -> Result<(), OpError> {
+        if revision <= self.history.compacted() {
+            return Err(OpError::Compacted);
+        }
+        if revision > self.revision {
+            return Err(OpError::FutureRevision);
+        }
+        self.history.compact(revision);
+        Ok(())
+    }
+
+    /// The filters, sort and limit of a range request, over the keys it selected.
+    fn select<'a>(
+        &self,
+        req: &RangeRequest,
+        selected: impl Iterator<Item = (&'a Bytes, &'a Value)>,
+    ) -> RangeResponse {
         let in_bounds = |v: &Value| {
             (req.min_mod_revision == 0 || v.mod_revision >= req.min_mod_revision)
                 && (req.max_mod_revision == 0 || v.mod_revision <= req.max_mod_revision)
@@ -169,7 +249,7 @@ impl KvStore {
         };
         let mut count = 0i64;
         let mut matched: Vec<(&Bytes, &Value)> = Vec::new();
-        for (k, v) in self.scan(&req.range) {
+        for (k, v) in selected {
             count += 1;
             if !req.count_only && in_bounds(v) {
                 matched.push((k, v));
@@ -208,7 +288,7 @@ impl KvStore {
                 kv
             })
             .collect();
-        Ok(RangeResponse { kvs, more, count })
+        RangeResponse { kvs, more, count }
     }
 
     /// Sets `key`, in one search of the map, as part of `w`. `value` / `lease` of `None`
@@ -225,8 +305,8 @@ impl KvStore {
     ) -> (Option<Value>, i64) {
         w.changed = true;
         match self.map.entry(key.clone()) {
-            Entry::Occupied(entry) => entry.set(w.revision, value, lease),
-            Entry::Vacant(entry) => entry.set(w.revision, value, lease),
+            Entry::Occupied(entry) => entry.set(w.revision, value, lease, &mut self.history),
+            Entry::Vacant(entry) => entry.set(w.revision, value, lease, &mut self.history),
         }
     }
 
@@ -237,6 +317,7 @@ impl KvStore {
         Slot {
             entry: self.map.entry(key.clone()),
             revision: &mut self.revision,
+            history: &mut self.history,
         }
     }
 
@@ -247,6 +328,7 @@ impl KvStore {
         let mut deleted = Vec::with_capacity(keys.len());
         for key in keys {
             if let Some(v) = self.map.remove(&key) {
+                self.history.record(w.revision, &key, None, Some(v.clone()));
                 deleted.push((key, v));
             }
         }
@@ -286,7 +368,7 @@ impl KvStore {
                 ));
             }
         }
-        Ok(())
+        self.history.validate(&self.map, self.revision)
     }
 }
 
@@ -295,6 +377,7 @@ impl KvStore {
 pub struct Slot<'a> {
     entry: Entry<'a, Bytes, Value>,
     revision: &'a mut i64,
+    history: &'a mut History,
 }
 
 impl<'a> Slot<'a> {
@@ -302,10 +385,22 @@ impl<'a> Slot<'a> {
     /// function of its own: only what that kind holds is passed on).
     #[inline]
     pub fn known(self) -> KnownSlot<'a> {
-        let revision = self.revision;
-        match self.entry {
-            Entry::Occupied(entry) => KnownSlot::Stored(KeySlot { entry, revision }),
-            Entry::Vacant(entry) => KnownSlot::Free(KeySlot { entry, revision }),
+        let Slot {
+            entry,
+            revision,
+            history,
+        } = self;
+        match entry {
+            Entry::Occupied(entry) => KnownSlot::Stored(KeySlot {
+                entry,
+                revision,
+                history,
+            }),
+            Entry::Vacant(entry) => KnownSlot::Free(KeySlot {
+                entry,
+                revision,
+                history,
+            }),
         }
     }
 }
@@ -323,6 +418,7 @@ pub enum KnownSlot<'a> {
 pub struct KeySlot<'a, E> {
     entry: E,
     revision: &'a mut i64,
+    history: &'a mut History,
 }
 
 impl<E: PutEntry> KeySlot<'_, E> {
@@ -342,7 +438,7 @@ impl<E: PutEntry> KeySlot<'_, E> {
     pub fn put(self, value: Option<&Bytes>, lease: Option<i64>) -> (i64, Option<Value>, i64) {
         *self.revision += 1;
         let rev = *self.revision;
-        let (prev, lease) = self.entry.set(rev, value, lease);
+        let (prev, lease) = self.entry.set(rev, value, lease, self.history);
         (rev, prev, lease)
     }
 }
@@ -352,8 +448,15 @@ pub trait PutEntry {
     /// Whether the entry's key is in the store.
     const STORED: bool;
 
-    /// A put at this entry, at revision `rev` (see [`KvStore::put`]).
-    fn set(self, rev: i64, value: Option<&Bytes>, lease: Option<i64>) -> (Option<Value>, i64);
+    /// A put at this entry, at revision `rev` (see [`KvStore::put`]), recorded in
+    /// `history`.
+    fn set(
+        self,
+        rev: i64,
+        value: Option<&Bytes>,
+        lease: Option<i64>,
+        history: &mut History,
+    ) -> (Option<Value>, i64);
 }
 
 impl PutEntry for OccupiedEntry<'_, Bytes, Value> {
@@ -361,7 +464,13 @@ impl PutEntry for OccupiedEntry<'_, Bytes, Value> {
 
     /// Returns the key's previous value and its lease now.
     #[inline]
-    fn set(mut self, rev: i64, value: Option<&Bytes>, lease: Option<i64>) -> (Option<Value>, i64) {
+    fn set(
+        mut self,
+        rev: i64,
+        value: Option<&Bytes>,
+        lease: Option<i64>,
+        history: &mut History,
+    ) -> (Option<Value>, i64) {
         let v = self.get_mut();
         // The old value moves into `prev` rather than being copied.
         let prev_value = match value {
@@ -378,7 +487,10 @@ impl PutEntry for OccupiedEntry<'_, Bytes, Value> {
         v.mod_revision = rev;
         v.version += 1;
         v.lease = lease.unwrap_or(v.lease);
-        (Some(prev), v.lease)
+        let lease = v.lease;
+        let now = v.clone();
+        history.record(rev, self.key(), Some(now), Some(prev.clone()));
+        (Some(prev), lease)
     }
 }
 
@@ -387,15 +499,23 @@ impl PutEntry for VacantEntry<'_, Bytes, Value> {
 
     /// Returns no previous value and the key's lease.
     #[inline]
-    fn set(self, rev: i64, value: Option<&Bytes>, lease: Option<i64>) -> (Option<Value>, i64) {
+    fn set(
+        self,
+        rev: i64,
+        value: Option<&Bytes>,
+        lease: Option<i64>,
+        history: &mut History,
+    ) -> (Option<Value>, i64) {
         let lease = lease.unwrap_or(0);
-        self.insert(Value {
+        let v = Value {
             create_revision: rev,
             mod_revision: rev,
             version: 1,
             value: value.cloned().unwrap_or_default(),
             lease,
-        });
+        };
+        history.record(rev, self.key(), Some(v.clone()), None);
+        self.insert(v);
         (None, lease)
     }
 }

@@ -109,7 +109,11 @@ impl LeaseTable {
         }
     }
 
-    /// Removes every lease whose deadline is `<= now`, in deadline order.
+    /// Removes every lease whose deadline is `<= now`, in `(deadline, id)` order. The order
+    /// is part of the replicated state (each expiry's deletes get their own revision in
+    /// history), so it depends only on the leases, never on the lazy index: a replica
+    /// restored from a snapshot, whose index holds the exact deadlines, expires them in
+    /// the same order as one whose index lags behind keep-alives.
     pub fn expire(&mut self, now: u64) -> Vec<(i64, Lease)> {
         let mut expired = Vec::new();
         while let Some(&(d, id)) = self.by_deadline.first() {
@@ -128,6 +132,7 @@ impl LeaseTable {
                 self.by_deadline.insert((lease.deadline, id));
             }
         }
+        expired.sort_by_key(|(id, lease)| (lease.deadline, *id));
         expired
     }
 

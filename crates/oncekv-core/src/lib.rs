@@ -46,6 +46,7 @@
 
 pub mod command;
 pub mod fingerprint;
+pub mod history;
 pub mod kv;
 pub mod lease;
 pub mod session;
@@ -61,6 +62,7 @@ pub use command::{
     RangeRequest, RangeResponse, RequestOp, Response, ResponseOp, Settings, SortOrder, SortTarget,
     Tracked, TxnRequest, TxnResponse, prefix_end,
 };
+pub use history::{Event, EventBatch, EventKind};
 pub use session::{SavedReply, Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;
 #[cfg(feature = "sim")]

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::command::Settings;
+use crate::history::Change;
 use crate::kv::{KvStore, Value};
 use crate::lease::{Lease, LeaseTable};
 use crate::session::{Session, SessionTable};
@@ -16,7 +17,7 @@ use crate::state_machine::StateMachine;
 
 /// The image format and its version: a change to the format changes the version, so that
 /// an image of another format is refused (`BadMagic`), never misread.
-const MAGIC: &[u8; 4] = b"OKV2";
+const MAGIC: &[u8; 4] = b"OKV3";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -36,6 +37,9 @@ struct ImageRef<'a> {
     cluster_time: u64,
     revision: i64,
     kvs: Vec<(&'a Bytes, &'a Value)>,
+    compacted: i64,
+    /// The history record, in the order applied (its index is rebuilt on restore).
+    history: &'a [Change],
     leases: Vec<(&'a i64, &'a Lease)>,
     sessions: Vec<(u64, &'a Session)>,
     /// `(client_id, nonce)` of the sessions registered with a nonce, by client id.
@@ -50,14 +54,17 @@ struct Image {
     cluster_time: u64,
     revision: i64,
     kvs: Vec<(Bytes, Value)>,
+    compacted: i64,
+    history: Vec<Change>,
     leases: Vec<(i64, Lease)>,
     sessions: Vec<(u64, Session)>,
     nonces: Vec<(u64, u128)>,
 }
 
 impl StateMachine {
-    /// Encodes the whole replicated state (KV, leases, sessions with their saved
-    /// responses and registration nonces, settings, applied index, cluster time).
+    /// Encodes the whole replicated state (KV with its history, leases, sessions with
+    /// their saved responses and registration nonces, settings, applied index, cluster
+    /// time).
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         let image = ImageRef {
             settings: self.settings,
@@ -65,6 +72,8 @@ impl StateMachine {
             cluster_time: self.cluster_time,
             revision: self.kv.revision(),
             kvs: self.kv.iter().collect(),
+            compacted: self.kv.compacted_revision(),
+            history: self.kv.history().changes(),
             leases: self.leases.iter().collect(),
             sessions: self.sessions.sorted(),
             nonces: self.sessions.sorted_nonces(),
@@ -78,7 +87,7 @@ impl StateMachine {
         let body = bytes.strip_prefix(MAGIC).ok_or(SnapshotError::BadMagic)?;
         let image: Image = postcard::from_bytes(body)?;
         let sm = StateMachine {
-            kv: KvStore::from_parts(image.revision, image.kvs),
+            kv: KvStore::from_parts(image.revision, image.kvs, image.compacted, image.history),
             leases: LeaseTable::from_leases(image.leases),
             sessions: SessionTable::from_sessions(image.sessions, image.nonces)
                 .map_err(SnapshotError::Invalid)?,

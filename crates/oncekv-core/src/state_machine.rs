@@ -8,10 +8,11 @@
 use bytes::Bytes;
 
 use crate::command::{
-    Command, DeleteRangeRequest, DeleteRangeResponse, LogPayload, MAX_LEASE_TTL_SECS, Op, OpError,
-    OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response,
-    ResponseOp, Settings, Tracked, TxnRequest, TxnResponse,
+    Command, DeleteRangeRequest, DeleteRangeResponse, KeyRange, LogPayload, MAX_LEASE_TTL_SECS, Op,
+    OpError, OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
+    Response, ResponseOp, Settings, Tracked, TxnRequest, TxnResponse,
 };
+use crate::history::EventBatch;
 use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
 use crate::lease::LeaseTable;
 use crate::session::{RequestId, SessionTable, Verdict};
@@ -258,12 +259,33 @@ impl StateMachine {
         }
     }
 
-    /// etcd's Range against the applied state, with the revision it was read at.
+    /// etcd's Range against the applied state, with the store's revision (etcd's header
+    /// revision, also for a read at an older revision).
     pub fn range(&self, req: &RangeRequest) -> Result<(i64, RangeResponse), OpError> {
         if req.range.key.is_empty() {
             return Err(OpError::EmptyKey);
         }
         Ok((self.kv.revision(), self.kv.range(req)?))
+    }
+
+    /// Changes at revisions `>= from` to keys in `range`, as watch events, in revision
+    /// order, stopping after the revision at which `limit` events are reached (never
+    /// inside a revision). `Compacted` if `from` is below the compacted revision.
+    pub fn events(
+        &self,
+        range: &KeyRange,
+        from: i64,
+        prev_kv: bool,
+        limit: usize,
+    ) -> Result<EventBatch, OpError> {
+        self.kv
+            .history()
+            .events(range, from, prev_kv, limit, self.kv.revision())
+    }
+
+    /// The compacted revision (0: never compacted).
+    pub fn compacted_revision(&self) -> i64 {
+        self.kv.compacted_revision()
     }
 
     /// The earliest cluster time at which a session or lease may expire: when no traffic
@@ -517,6 +539,7 @@ impl Exec<'_> {
                 Some(ttl) => Ok(OpResponse::LeaseKeepAlive { id: *id, ttl }),
                 None => Err(OpError::LeaseNotFound),
             },
+            Op::Compact { revision } => self.kv.compact(*revision).map(|()| OpResponse::Compact),
         };
         OpReply {
             revision: self.kv.revision(),

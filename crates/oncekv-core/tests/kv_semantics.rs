@@ -317,27 +317,29 @@ fn range_mod_and_create_revision_filters() {
     assert_eq!((resp.kvs.len(), resp.more), (2, true));
 }
 
-// No MVCC history is kept: only the current revision can be read; an older one must say
-// Compacted (never silently answer with newer data), a newer one FutureRevision.
+// An older revision reads the value it had then; below the compacted revision a read says
+// Compacted (never silently answers with newer data), past the current one FutureRevision.
 #[test]
-fn range_revision_zero_current_older_and_future() {
+fn range_revision_zero_current_older_compacted_and_future() {
     let mut r = replica();
     r.ok(Op::put("a", "1"));
     r.ok(Op::put("a", "2"));
     let current = r.sm.revision();
-    let at = |rev| {
-        r.sm.range(&RangeRequest {
+    let value_at = |sm: &oncekv_core::StateMachine, rev| {
+        sm.range(&RangeRequest {
             revision: rev,
             ..get_req(KeyRange::single("a"))
         })
+        .map(|(rev, resp)| (rev, resp.kvs[0].value.clone()))
     };
-    assert!(at(0).is_ok());
-    assert_eq!(
-        at(current).map(|(rev, resp)| (rev, resp.kvs[0].value.clone())),
-        Ok((current, b("2")))
-    );
-    assert_eq!(at(current - 1), Err(OpError::Compacted));
-    assert_eq!(at(current + 1), Err(OpError::FutureRevision));
+    assert_eq!(value_at(&r.sm, 0), Ok((current, b("2"))));
+    assert_eq!(value_at(&r.sm, current), Ok((current, b("2"))));
+    // The header revision stays the store's; the data is the older revision's.
+    assert_eq!(value_at(&r.sm, current - 1), Ok((current, b("1"))));
+    assert_eq!(value_at(&r.sm, current + 1), Err(OpError::FutureRevision));
+    r.ok(Op::Compact { revision: current });
+    assert_eq!(value_at(&r.sm, current - 1), Err(OpError::Compacted));
+    assert_eq!(value_at(&r.sm, current), Ok((current, b("2"))));
     assert_eq!(
         r.sm.range(&get_req(KeyRange::single(""))),
         Err(OpError::EmptyKey)

@@ -1,8 +1,9 @@
 //! Property tests: random command streams from several clients (new requests, lost replies,
 //! retries, network duplicates, forged secrets, reorderings inside the window, acks, ticks,
-//! time stamps that run backwards, session expiry) applied to two replicas, one restored from
-//! its own snapshot now and then; and a model of the session rules checking that no tracked
-//! `(client, seq)` changes the state more than once.
+//! time stamps that run backwards, session and lease expiry, compactions) applied to two
+//! replicas, one restored from its own snapshot now and then, whose images (history
+//! included) must stay byte-identical; and a model of the session rules checking that no
+//! tracked `(client, seq)` changes the state more than once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +61,11 @@ enum OpSpec {
     },
     KeepAlive {
         id: u8,
+    },
+    /// Compact history at this revision (refused when at or below the compacted one or in
+    /// the future, which the runs reach too).
+    Compact {
+        revision: i64,
     },
 }
 
@@ -124,6 +130,7 @@ fn op_spec() -> impl Strategy<Value = OpSpec> {
         2 => (0..=LEASE_IDS, 1i64..=4).prop_map(|(id, ttl)| OpSpec::Grant { id, ttl }),
         1 => (1..=LEASE_IDS).prop_map(|id| OpSpec::Revoke { id }),
         1 => (1..=LEASE_IDS).prop_map(|id| OpSpec::KeepAlive { id }),
+        1 => (1i64..120).prop_map(|revision| OpSpec::Compact { revision }),
     ]
 }
 
@@ -216,6 +223,7 @@ fn build(spec: &OpSpec) -> Result<RequestOp, Op> {
         }
         OpSpec::Revoke { id } => return Err(Op::LeaseRevoke { id: i64::from(id) }),
         OpSpec::KeepAlive { id } => return Err(Op::LeaseKeepAlive { id: i64::from(id) }),
+        OpSpec::Compact { revision } => return Err(Op::Compact { revision }),
     })
 }
 
@@ -366,6 +374,10 @@ impl Model {
             let tag = match reply.result {
                 Ok(OpResponse::LeaseGrant { .. }) => "lease grant ok",
                 Err(oncekv_core::OpError::LeaseAlreadyExists) => "lease already exists",
+                Ok(OpResponse::Compact) => "compacted",
+                Err(oncekv_core::OpError::Compacted | oncekv_core::OpError::FutureRevision) => {
+                    "compaction refused"
+                }
                 _ => return,
             };
             *self.outcomes.entry(tag).or_default() += 1;
@@ -763,6 +775,8 @@ fn random_streams_reach_every_rule() {
         "kv applied",
         "lease grant ok",
         "lease already exists",
+        "compacted",
+        "compaction refused",
     ] {
         assert!(
             outcomes.get(rule).is_some_and(|n| *n >= 10),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use oncekv_core::Settings;
 
+use crate::compactor::AutoCompaction;
 use crate::disk::Disk;
 use crate::runtime::Clock;
 use crate::sm_store::ApplyObserver;
@@ -34,6 +35,8 @@ pub struct NodeConfig {
     pub request_timeout: Duration,
     /// Replicated settings proposed when the cluster first forms.
     pub settings: Settings,
+    /// etcd's auto-compaction (off by default, as in etcd 3.4).
+    pub auto_compaction: AutoCompaction,
     pub batch: BatchLimits,
     /// The clock this member stamps entries with while it leads.
     pub clock: Clock,
@@ -65,6 +68,7 @@ impl NodeConfig {
             max_txn_ops: 128,
             request_timeout: Duration::from_secs(7),
             settings: Settings::default(),
+            auto_compaction: AutoCompaction::Off,
             batch: BatchLimits::default(),
             clock: Clock::system(),
             disk: crate::disk::os_disk(),

@@ -11,11 +11,13 @@
 //! - [`log_store`] and [`sm_store`]: the durable raft log and the state machine with its
 //!   snapshot file.
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers.
+//! - [`compactor`]: etcd's auto-compaction, decided by the leader through the log.
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
 //! - [`authority`]: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
 //!   HTTP/2's `:authority`, which h2 refuses.
 
 pub mod authority;
+pub mod compactor;
 pub mod config;
 pub mod disk;
 pub mod error;

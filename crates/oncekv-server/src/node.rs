@@ -200,6 +200,7 @@ impl Node {
             )),
             tokio::spawn(ticker(core.clone(), stop_rx.clone())),
             tokio::spawn(publish_client_url(core.clone(), stop_rx.clone())),
+            tokio::spawn(crate::compactor::run(core.clone(), stop_rx.clone())),
             tokio::spawn(leadership_watch(core.clone(), stop_rx)),
         ];
         let id = core.id();

@@ -138,7 +138,7 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
             SocketAddr::from(([127, 0, 0, 1], *p)),
             members.clone(),
         );
-        args.tuning.apply(&mut config);
+        args.tuning.apply(&mut config)?;
         nodes.push(
             Node::start_with_listeners(config, client, peer)
                 .await

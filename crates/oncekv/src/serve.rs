@@ -67,10 +67,25 @@ pub struct Tuning {
     /// next batch.
     #[arg(long, default_value_t = oncekv_server::config::BatchLimits::default().max_forwards_in_flight)]
     pub max_inflight_forwards: usize,
+    /// How the leader compacts history by itself: "periodic" (keep a span of time) or
+    /// "revision" (keep a number of revisions). See --auto-compaction-retention.
+    #[arg(long, default_value = "periodic", value_parser = ["periodic", "revision"])]
+    pub auto_compaction_mode: String,
+    /// What auto-compaction keeps; 0 turns it off (the default). Periodic mode: a span of
+    /// time (`30m`, `1h30m`; a bare number is hours): once it has passed, history older
+    /// than it is compacted every span (at least hourly). Revision mode: how many
+    /// revisions to keep, checked every 5 minutes.
+    #[arg(long, default_value = "0")]
+    pub auto_compaction_retention: String,
 }
 
 impl Tuning {
-    pub fn apply(&self, config: &mut NodeConfig) {
+    pub fn apply(&self, config: &mut NodeConfig) -> Result<(), String> {
+        config.auto_compaction = oncekv_server::compactor::AutoCompaction::from_flags(
+            &self.auto_compaction_mode,
+            &self.auto_compaction_retention,
+            crate::cli::parse_duration,
+        )?;
         config.snapshot_count = self.snapshot_count;
         config.heartbeat_ms = self.heartbeat_interval;
         config.election_timeout_ms = self.election_timeout;
@@ -85,6 +100,7 @@ impl Tuning {
         config.batch.max_forwards_in_flight = self.max_inflight_forwards.max(1);
         config.request_timeout =
             Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
+        Ok(())
     }
 }
 
@@ -131,7 +147,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         }
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
-    args.tuning.apply(&mut config);
+    args.tuning.apply(&mut config)?;
     let node = Node::start(config).await.map_err(|e| e.to_string())?;
     eprintln!(
         "oncekv: member {} serving clients on {} and peers on {} (data in {})",
