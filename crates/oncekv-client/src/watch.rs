@@ -504,9 +504,18 @@ impl WatchTask {
                     return self.failed(&status, &url, answered).await;
                 }
             };
-            if !answered {
+            // The cursor first, so that a caller woken by the creation below already sees
+            // the revision the watch was created at.
+            let first = !answered;
+            if first {
                 answered = true;
                 watch_id = Some(response.watch_id);
+            }
+            let step = self.cursor.on_response(response, cancelling.is_some());
+            self.shared
+                .next_revision
+                .store(self.cursor.start(), Ordering::Release);
+            if first {
                 self.set_endpoint(Some(url.clone()));
                 match self.created.take() {
                     Some(created) => {
@@ -522,10 +531,6 @@ impl WatchTask {
                     "oncekv client: watch created"
                 );
             }
-            let step = self.cursor.on_response(response, cancelling.is_some());
-            self.shared
-                .next_revision
-                .store(self.cursor.start(), Ordering::Release);
             match step {
                 Step::Nothing => {}
                 Step::Deliver(r) if cancelling.is_none() => {
