@@ -100,7 +100,7 @@ impl Client {
     }
 }
 
-/// A live watch: call [`next`](Watcher::next) (or use it as a [`Stream`]) for its
+/// A live watch: call [`next`](Watcher::next) (or use it as a [`Stream`](tokio_stream::Stream)) for its
 /// responses.
 ///
 /// Each response holds the events of one or more whole revisions, in revision order;

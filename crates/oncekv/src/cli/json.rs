@@ -434,6 +434,39 @@ pub(crate) fn endpoint_status(statuses: &[EndpointStatus]) -> Vec<u8> {
     document(&list)
 }
 
+pub(crate) fn watch(r: &WatchResponse) -> Vec<u8> {
+    document(&JsonWatch {
+        header: (&r.header).into(),
+        events: r
+            .events
+            .iter()
+            .map(|e| JsonEvent {
+                kind: match e.kind {
+                    EventType::Put => 0,
+                    EventType::Delete => 1,
+                },
+                kv: Some((&e.kv).into()),
+                prev_kv: e.prev_kv.as_ref().map(JsonKv::from),
+            })
+            .collect(),
+        compact_revision: 0,
+        canceled: false,
+        created: false,
+    })
+}
+
+/// The response etcdctl prints when the server cancels a watch that needs compacted
+/// history (the client library reports it as an error, without the header).
+pub(crate) fn watch_compacted(compact_revision: i64) -> Vec<u8> {
+    document(&JsonWatch {
+        header: (&Header::default()).into(),
+        events: Vec::new(),
+        compact_revision,
+        canceled: true,
+        created: false,
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -529,37 +562,4 @@ mod tests {
             "{\"members\":[{\"ID\":1,\"name\":\"\\u003ca\\u0026b\\u003e\"}]}\n"
         );
     }
-}
-
-pub(crate) fn watch(r: &WatchResponse) -> Vec<u8> {
-    document(&JsonWatch {
-        header: (&r.header).into(),
-        events: r
-            .events
-            .iter()
-            .map(|e| JsonEvent {
-                kind: match e.kind {
-                    EventType::Put => 0,
-                    EventType::Delete => 1,
-                },
-                kv: Some((&e.kv).into()),
-                prev_kv: e.prev_kv.as_ref().map(JsonKv::from),
-            })
-            .collect(),
-        compact_revision: 0,
-        canceled: false,
-        created: false,
-    })
-}
-
-/// The response etcdctl prints when the server cancels a watch that needs compacted
-/// history (the client library reports it as an error, without the header).
-pub(crate) fn watch_compacted(compact_revision: i64) -> Vec<u8> {
-    document(&JsonWatch {
-        header: (&Header::default()).into(),
-        events: Vec::new(),
-        compact_revision,
-        canceled: true,
-        created: false,
-    })
 }

@@ -324,7 +324,7 @@ mod tests {
             ("\nput k\n", "put needs a key and a value"),
             ("\nput \"k v\n", "unterminated"),
         ] {
-            let err = parse_text(text).unwrap_err().0;
+            let err = parse_text(text).unwrap_err().message;
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }
