@@ -102,10 +102,18 @@ async fn watch_resumes_on_another_member_without_gap_or_repeat_when_its_member_s
     assert_eq!(watcher.next_revision(), last + 1);
 }
 
-// A member can vanish without closing anything (a cut cable, a frozen host): the watch must
-// notice the silence (HTTP/2 keep-alive) and resume elsewhere, here on a follower.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn watch_resumes_when_its_connection_goes_silent() {
+/// How the path to the member serving a watch fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PathFault {
+    /// Packets stop flowing, nothing is closed (a cut cable, a frozen host).
+    Silence,
+    /// Every connection is reset (a crashed process, a restarted proxy).
+    Reset,
+}
+
+/// A watch served through a proxy to the leader, the path failing mid-stream while a
+/// writer goes on directly: the watcher must deliver every put once, in order.
+async fn watch_through_a_failing_path(fault: PathFault) {
     let cluster = TestCluster::start(3, |_| {}).await;
     let leader = cluster.wait_leader(LEADER_WAIT).await;
     let proxy = Proxy::start(cluster.configs[leader].client_addr).await;
@@ -134,13 +142,36 @@ async fn watch_resumes_when_its_connection_goes_silent() {
     let writes = writer(direct, "cfg/", 100, Duration::from_millis(5));
     let mut seen = Vec::new();
     collect_until(&mut watcher, &mut seen, start + 19).await;
-    proxy.0.set_blackhole(true);
+    match fault {
+        PathFault::Silence => proxy.0.set_blackhole(true),
+        PathFault::Reset => proxy.0.reset_all(),
+    }
     let written = writes.await.unwrap();
     collect_until(&mut watcher, &mut seen, written.last().unwrap().0).await;
 
     assert_eq!(seen, written, "every put once, in order");
-    assert!(watcher.resumes() >= 1);
-    assert_ne!(watcher.endpoint(), Some(proxy.url()));
+    assert!(watcher.resumes() >= 1, "{fault:?}");
+    if fault == PathFault::Silence {
+        assert_ne!(
+            watcher.endpoint(),
+            Some(proxy.url()),
+            "moved off the silent path"
+        );
+    }
+}
+
+// A member can vanish without closing anything: the watch must notice the silence (HTTP/2
+// keep-alive) and resume elsewhere, here on a follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_resumes_when_its_connection_goes_silent() {
+    watch_through_a_failing_path(PathFault::Silence).await;
+}
+
+// A reset connection (the member's process died, its host rebooted) must cost a resume,
+// never an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_resumes_when_its_connection_is_reset() {
+    watch_through_a_failing_path(PathFault::Reset).await;
 }
 
 // Replaying history is what lets a consumer start from a saved revision; each event must
