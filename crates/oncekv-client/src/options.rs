@@ -246,6 +246,7 @@ impl DeleteOptions {
 pub struct WatchOptions {
     end: RangeEnd,
     start_revision: i64,
+    allow_leaderless: bool,
     prev_kv: bool,
     no_put: bool,
     no_delete: bool,
@@ -317,9 +318,24 @@ impl WatchOptions {
         self
     }
 
+    /// Let a member that has lost touch with the leader go on serving the watch (etcd
+    /// clients' default). Without this, the watch asks to be served only by a member that
+    /// has a leader, as etcdctl does: a member cut off from the cluster (which would keep
+    /// the stream open but see no new revisions) ends it after a few election timeouts,
+    /// and the watch resumes on a member that has one.
+    pub fn with_leaderless_member_allowed(mut self) -> WatchOptions {
+        self.allow_leaderless = true;
+        self
+    }
+
     /// The revision the watch starts from (0: from now on).
     pub fn start_revision(&self) -> i64 {
         self.start_revision
+    }
+
+    /// Whether the serving member must have a leader.
+    pub(crate) fn requires_leader(&self) -> bool {
+        !self.allow_leaderless
     }
 
     /// The create request for `key` starting at `start_revision` (the watch's own on

@@ -45,6 +45,9 @@ use crate::retry::Budget;
 /// the task reading its stream, so the server (not this client) holds the backlog, and
 /// serves it from history.
 const DELIVERY_QUEUE: usize = 16;
+/// etcd's `rpctypes.MetadataRequireLeaderKey` and its value: a watch stream carrying it is
+/// refused, or ended, by a member without a leader.
+const REQUIRE_LEADER: (&str, &str) = ("hasleader", "true");
 /// How long a cancel waits for the server to confirm before the stream is just dropped
 /// (which ends the watch on the server as well).
 const CANCEL_WAIT: Duration = Duration::from_secs(1);
@@ -116,6 +119,10 @@ impl Client {
 /// successful resume. Nothing is missed and nothing repeated. If the budget runs out,
 /// `next` returns the last transport error and the watch ends; `next_revision` then says
 /// where to watch again from.
+///
+/// **Leader.** Unless [`WatchOptions::with_leaderless_member_allowed`] says otherwise, only
+/// a member with a leader serves the watch: one cut off from the cluster ends the stream
+/// (after a few election timeouts), which counts as a failure to resume from.
 ///
 /// **End.** The watch ends (`next` returns `None` after the final item) when it is
 /// cancelled, or with an error when the server cancels it: [`Error::Compacted`] if it
@@ -409,11 +416,15 @@ impl WatchTask {
             request_union: Some(RequestUnion::CreateRequest(create)),
         });
         let deadline = Instant::now() + attempt_timeout;
-        let opened = tokio::time::timeout_at(
-            deadline,
-            WatchClient::new(channel).watch(ReceiverStream::new(outbound)),
-        )
-        .await;
+        let mut request = tonic::Request::new(ReceiverStream::new(outbound));
+        if self.options.requires_leader() {
+            request.metadata_mut().insert(
+                REQUIRE_LEADER.0,
+                tonic::metadata::MetadataValue::from_static(REQUIRE_LEADER.1),
+            );
+        }
+        let opened =
+            tokio::time::timeout_at(deadline, WatchClient::new(channel).watch(request)).await;
         let timeout = || Error::Timeout {
             endpoint: url.clone(),
             after: attempt_timeout,

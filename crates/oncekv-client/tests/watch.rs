@@ -353,3 +353,42 @@ async fn a_watch_from_now_sees_the_next_change_and_cancel_ends_it() {
         .await
         .unwrap();
 }
+
+// A member that has lost its leader may be cut off from the cluster: it would keep the
+// stream open and deliver nothing. By default (as etcdctl asks) such a member ends the
+// watch, so the client moves on; a watch that allows it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_without_a_leader_ends_the_watch_unless_allowed() {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(LEADER_WAIT).await;
+    let follower = (leader + 1) % 3;
+    let config = ClientConfig {
+        max_retry_time: Duration::from_secs(2),
+        ..ClientConfig::default()
+    };
+    let client = Client::connect([cluster.endpoint(follower)], config).unwrap();
+    let mut strict = client.watch("k", WatchOptions::new()).await.unwrap();
+    let mut lenient = client
+        .watch("k", WatchOptions::new().with_leaderless_member_allowed())
+        .await
+        .unwrap();
+    for i in 0..3 {
+        if i != follower {
+            cluster.stop(i).await;
+        }
+    }
+    let ended = tokio::time::timeout(EVENTS_WAIT, strict.next())
+        .await
+        .unwrap();
+    match ended {
+        Some(Err(e)) => assert!(e.is_retryable(), "{e:?}"),
+        other => panic!("the leaderless member kept the watch: {other:?}"),
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), lenient.next())
+            .await
+            .is_err(),
+        "the lenient watch is still open"
+    );
+    assert_eq!(lenient.endpoint(), Some(cluster.endpoint(follower)));
+}
