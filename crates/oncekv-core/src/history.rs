@@ -57,6 +57,32 @@ pub struct Event {
     pub prev_kv: Option<KeyValue>,
 }
 
+/// How much one [`History::events`] read may gather: it stops after the revision at
+/// which either is reached (a revision is never split, so it may exceed both by that
+/// revision's events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimit {
+    pub events: usize,
+    /// Keys and values (previous values included), in bytes.
+    pub bytes: usize,
+}
+
+impl ReadLimit {
+    /// No limit.
+    pub const ALL: ReadLimit = ReadLimit {
+        events: usize::MAX,
+        bytes: usize::MAX,
+    };
+
+    /// At most about `events` events, whatever their size.
+    pub fn events(events: usize) -> ReadLimit {
+        ReadLimit {
+            events,
+            bytes: usize::MAX,
+        }
+    }
+}
+
 /// What [`History::events`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventBatch {
@@ -151,14 +177,14 @@ impl History {
 
     /// Changes at revisions `>= from` to keys in `range`, as watch events, in revision
     /// order (within a revision, in the order they were made). Stops after the revision at
-    /// which `limit` events are reached, never inside one, so a watcher resuming from
-    /// `next` sees every revision exactly once. `revision` is the store's.
+    /// which `limit` is reached, never inside one, so a watcher resuming from `next` sees
+    /// every revision exactly once. `revision` is the store's.
     pub fn events(
         &self,
         range: &KeyRange,
         from: i64,
         prev_kv: bool,
-        limit: usize,
+        limit: ReadLimit,
         revision: i64,
     ) -> Result<EventBatch, OpError> {
         if from < self.compacted {
@@ -166,9 +192,10 @@ impl History {
         }
         let start = self.changes.partition_point(|c| c.revision < from);
         let mut events: Vec<Event> = Vec::new();
+        let mut bytes = 0usize;
         let mut next = from.max(revision + 1);
         for change in &self.changes[start..] {
-            if events.len() >= limit.max(1)
+            if (events.len() >= limit.events.max(1) || bytes >= limit.bytes)
                 && events
                     .last()
                     .is_some_and(|e| e.kv.mod_revision != change.revision)
@@ -195,6 +222,7 @@ impl History {
             } else {
                 None
             };
+            bytes += kv.key.len() + kv.value.len() + prev_kv.as_ref().map_or(0, |p| p.value.len());
             events.push(Event { kind, kv, prev_kv });
         }
         Ok(EventBatch {

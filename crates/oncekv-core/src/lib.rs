@@ -62,7 +62,7 @@ pub use command::{
     RangeRequest, RangeResponse, RequestOp, Response, ResponseOp, Settings, SortOrder, SortTarget,
     Tracked, TxnRequest, TxnResponse, prefix_end,
 };
-pub use history::{Event, EventBatch, EventKind};
+pub use history::{Event, EventBatch, EventKind, ReadLimit};
 pub use session::{SavedReply, Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;
 #[cfg(feature = "sim")]

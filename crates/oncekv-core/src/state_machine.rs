@@ -12,7 +12,7 @@ use crate::command::{
     OpError, OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
     Response, ResponseOp, Settings, Tracked, TxnRequest, TxnResponse,
 };
-use crate::history::EventBatch;
+use crate::history::{EventBatch, ReadLimit};
 use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
 use crate::lease::LeaseTable;
 use crate::session::{RequestId, SessionTable, Verdict};
@@ -269,14 +269,14 @@ impl StateMachine {
     }
 
     /// Changes at revisions `>= from` to keys in `range`, as watch events, in revision
-    /// order, stopping after the revision at which `limit` events are reached (never
-    /// inside a revision). `Compacted` if `from` is below the compacted revision.
+    /// order, stopping after the revision at which `limit` is reached (never inside a
+    /// revision). `Compacted` if `from` is below the compacted revision.
     pub fn events(
         &self,
         range: &KeyRange,
         from: i64,
         prev_kv: bool,
-        limit: usize,
+        limit: ReadLimit,
     ) -> Result<EventBatch, OpError> {
         self.kv
             .history()

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use common::{Replica, get_req, tracked};
 use oncekv_core::{
     DeleteRangeRequest, Event, EventKind, KeyRange, KeyValue, Op, OpError, PutRequest,
-    RangeRequest, RequestOp, Response, Secret, Settings, SortOrder, SortTarget, StateMachine,
-    TxnRequest,
+    RangeRequest, ReadLimit, RequestOp, Response, Secret, Settings, SortOrder, SortTarget,
+    StateMachine, TxnRequest,
 };
 use proptest::prelude::*;
 
@@ -210,12 +210,14 @@ fn check_events(sm: &StateMachine, copies: &Copies) {
     let all = &ranges()[0];
     if compacted > 1 {
         assert_eq!(
-            sm.events(all, compacted - 1, false, usize::MAX),
+            sm.events(all, compacted - 1, false, ReadLimit::ALL),
             Err(OpError::Compacted)
         );
     }
     for from in compacted.max(1)..=current + 1 {
-        let batch = sm.events(all, from, true, usize::MAX).expect("retained");
+        let batch = sm
+            .events(all, from, true, ReadLimit::ALL)
+            .expect("retained");
         assert_eq!(batch.next, current + 1);
         assert_eq!(batch.revision, current);
         let mut by_revision: BTreeMap<i64, Vec<Event>> = BTreeMap::new();
@@ -248,7 +250,9 @@ fn check_events(sm: &StateMachine, copies: &Copies) {
         let mut batched = Vec::new();
         let mut next = from;
         while next <= current {
-            let b = sm.events(all, next, true, 2).expect("retained");
+            let b = sm
+                .events(all, next, true, ReadLimit::events(2))
+                .expect("retained");
             assert!(b.next > next, "a batch makes progress");
             if let Some(last) = b.events.last() {
                 assert!(b.next > last.kv.mod_revision);
@@ -398,7 +402,7 @@ fn a_duplicate_creates_no_revision_and_no_event() {
     assert_eq!(r.sm.revision(), revision);
     assert_eq!(r.sm.kv().history().len(), recorded);
     let events =
-        r.sm.events(&KeyRange::single("k"), 1, false, usize::MAX)
+        r.sm.events(&KeyRange::single("k"), 1, false, ReadLimit::ALL)
             .expect("retained");
     assert_eq!(events.events.len(), 1);
 }
@@ -417,7 +421,7 @@ fn lease_revoke_and_expiry_create_delete_events() {
     let time = r.time + 1_000;
     r.tick_at(time);
     let batch =
-        r.sm.events(&KeyRange::prefix("k"), from, true, usize::MAX)
+        r.sm.events(&KeyRange::prefix("k"), from, true, ReadLimit::ALL)
             .expect("retained");
     let got: Vec<(EventKind, Bytes, i64, Option<Bytes>)> = batch
         .events
@@ -497,4 +501,31 @@ fn compaction_frees_history() {
     };
     assert_eq!(at(&r.sm, current), Ok(Bytes::from_static(&[90])));
     assert_eq!(at(&r.sm, current + 1), Ok(Bytes::from_static(&[200])));
+}
+
+// A read stops after the revision at which its byte budget is spent, so a watcher behind
+// on large values is served in bounded pieces.
+#[test]
+fn an_event_read_stops_at_its_byte_budget() {
+    let mut r = Replica::new(settings());
+    for n in 0..4u8 {
+        r.ok(Op::Put(PutRequest {
+            value: Bytes::from(vec![n; 1000]),
+            ..put(n, 0, 0)
+        }));
+    }
+    let limit = ReadLimit {
+        events: 100,
+        bytes: 1500,
+    };
+    let first =
+        r.sm.events(&KeyRange::prefix("k"), 1, false, limit)
+            .expect("retained");
+    assert_eq!(first.events.len(), 2);
+    assert_eq!(first.next, 4);
+    let rest =
+        r.sm.events(&KeyRange::prefix("k"), first.next, false, limit)
+            .expect("retained");
+    assert_eq!(rest.events.len(), 2);
+    assert_eq!(rest.next, r.sm.revision() + 1);
 }

@@ -33,6 +33,10 @@ pub struct NodeConfig {
     pub max_txn_ops: usize,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
+    /// How often a watcher created with `progress_notify` gets an empty response carrying
+    /// the revision when it has had no events (etcd's
+    /// `--experimental-watch-progress-notify-interval`, 10 minutes by default).
+    pub watch_progress_notify_interval: Duration,
     /// Replicated settings proposed when the cluster first forms.
     pub settings: Settings,
     /// etcd's auto-compaction (off by default, as in etcd 3.4).
@@ -67,6 +71,7 @@ impl NodeConfig {
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
             request_timeout: Duration::from_secs(7),
+            watch_progress_notify_interval: Duration::from_secs(10 * 60),
             settings: Settings::default(),
             auto_compaction: AutoCompaction::Off,
             batch: BatchLimits::default(),

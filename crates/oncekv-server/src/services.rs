@@ -9,13 +9,16 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
-use crate::etcd::{ClusterService, KvService, LeaseService, MaintenanceService, SessionService};
+use crate::etcd::{
+    ClusterService, KvService, LeaseService, MaintenanceService, SessionService, WatchService,
+};
 use crate::forwarder::Forwarded;
 use crate::network::MAX_PEER_MESSAGE_BYTES;
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
 use crate::pb::etcdserverpb::kv_server::KvServer;
 use crate::pb::etcdserverpb::lease_server::LeaseServer;
 use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::pb::etcdserverpb::watch_server::WatchServer;
 use crate::pb::oncekv::raft_server::{Raft as RaftRpc, RaftServer};
 use crate::pb::oncekv::session_server::SessionServer;
 use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
@@ -23,7 +26,7 @@ use crate::request_path::NodeCore;
 
 /// gRPC's own allowance on top of `--max-request-bytes`, as etcd has: a request between
 /// the two gets etcd's "request is too large" rather than a transport error.
-const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+pub(crate) const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
 /// Accepted connections with Nagle's algorithm off: tonic's own `tcp_nodelay` applies only
 /// to listeners it binds itself, and a small response held back for a delayed ACK costs
@@ -71,6 +74,13 @@ where
         )
         .add_service(
             LeaseServer::new(LeaseService { node: core.clone() }).max_decoding_message_size(limit),
+        )
+        .add_service(
+            WatchServer::new(WatchService {
+                node: core.clone(),
+                stop: stop.clone(),
+            })
+            .max_decoding_message_size(limit),
         )
         .add_service(ClusterServer::new(ClusterService { node: core.clone() }))
         .add_service(MaintenanceServer::new(MaintenanceService {

@@ -45,6 +45,11 @@ pub type AppliedWaiters = WaitingList<u64, (), ProposeError>;
 pub struct Applied {
     inner: RwLock<AppliedInner>,
     waiters: AppliedWaiters,
+    /// The store revision of the applied state, published after every apply batch that
+    /// changed it and after every snapshot install, always after the write lock is
+    /// released: a receiver that wakes and reads the state sees at least that revision.
+    /// Watch streams wait on it instead of polling.
+    revision: tokio::sync::watch::Sender<i64>,
 }
 
 #[derive(Debug)]
@@ -87,6 +92,23 @@ impl Applied {
 
     pub fn waiters(&self) -> &AppliedWaiters {
         &self.waiters
+    }
+
+    /// Wakes on every change of the applied store revision, and on every snapshot
+    /// install (which may compact history without changing the revision). The value is
+    /// the revision as published; the state may already be ahead of it.
+    pub fn subscribe_revision(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.revision.subscribe()
+    }
+
+    /// Publishes `revision` if it differs from the last one: an apply batch that created
+    /// no revision (session commands, ticks, duplicates) wakes no watcher.
+    fn publish_revision(&self, revision: i64) {
+        self.revision.send_if_modified(|r| {
+            let changed = *r != revision;
+            *r = revision;
+            changed
+        });
     }
 
     fn applied_up_to(&self, index: u64) {
@@ -165,12 +187,14 @@ impl SmStore {
             o.prepare(&mut inner.sm);
         }
         let persisted = Arc::new(std::sync::Mutex::new(inner.last_applied));
+        let (revision, _) = tokio::sync::watch::channel(inner.sm.revision());
         Ok(SmStore {
             disk,
             observer,
             applied: Arc::new(Applied {
                 inner: RwLock::new(inner),
                 waiters: WaitingList::new(),
+                revision,
             }),
             dir: dir.to_path_buf(),
             persisted,
@@ -241,7 +265,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         I::IntoIter: Send,
     {
         let mut out = Vec::new();
-        let last = {
+        let (last, revision) = {
             let mut inner = self.applied.write();
             for entry in entries {
                 let index = entry.log_id.index;
@@ -263,8 +287,12 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                     o.applied(&mut inner.sm);
                 }
             }
-            inner.last_applied.map_or(0, |l| l.index)
+            (
+                inner.last_applied.map_or(0, |l| l.index),
+                inner.sm.revision(),
+            )
         };
+        self.applied.publish_revision(revision);
         self.applied.applied_up_to(last);
         Ok(out)
     }
@@ -290,7 +318,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         let size = self
             .persist(meta, &data)
             .map_err(|e| snap_err(Some(meta), e))?;
-        let index = {
+        let (index, revision) = {
             let mut inner = self.applied.write();
             inner.sm = sm;
             inner.last_applied = meta.last_log_id;
@@ -299,8 +327,11 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             if let Some(o) = &self.observer {
                 o.applied(&mut inner.sm);
             }
-            meta.last_log_id.map_or(0, |l| l.index)
+            (meta.last_log_id.map_or(0, |l| l.index), inner.sm.revision())
         };
+        // Always wake: the installed state may have compacted history that a watcher
+        // still needs even when its revision equals the old one.
+        self.applied.revision.send_replace(revision);
         self.applied.applied_up_to(index);
         Ok(())
     }

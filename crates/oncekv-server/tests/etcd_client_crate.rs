@@ -8,12 +8,18 @@ use std::time::Duration;
 
 use common::TestCluster;
 use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, LeaseTimeToLiveOptions, PutOptions, Txn,
-    TxnOp,
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, LeaseTimeToLiveOptions,
+    PutOptions, Txn, TxnOp, WatchOptions,
 };
+
+/// The tests here each run a 3-member cluster with fast election timeouts, and the
+/// etcd-client crate does not retry a request that meets an election ("no leader"): two
+/// clusters at once on a loaded 2-core machine made elections, and these tests, flaky.
+static ONE_CLUSTER_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_client_crate_works_unchanged() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
     let cluster = TestCluster::start(3, |_| {}).await;
     cluster.wait_leader(Duration::from_secs(10)).await;
     let mut c = Client::connect(cluster.endpoints(), None).await.unwrap();
@@ -145,4 +151,144 @@ async fn etcd_client_crate_works_unchanged() {
     let status = c.status().await.unwrap();
     assert!(status.leader() != 0 && status.raft_term() >= 1);
     assert!(status.raft_index() >= status.raft_applied_index() || status.raft_applied_index() > 0);
+}
+
+// The etcd-client crate's watch against a follower: replay from an old revision with
+// previous values, live events, a second watcher on the same stream, cancel, and a watch
+// from a compacted revision cancelled with `compact_revision`; plus Compact's refusals
+// and reads at past revisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_client_crate_watch_and_compact() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let follower = (leader + 1) % 3;
+    let mut writer = Client::connect([cluster.endpoint(leader)], None)
+        .await
+        .unwrap();
+    let mut c = Client::connect([cluster.endpoint(follower)], None)
+        .await
+        .unwrap();
+    let r1 = writer
+        .put("w/a", "1", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    writer.put("w/a", "2", None).await.unwrap();
+    let r3 = writer
+        .delete("w/a", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+
+    // Range at a past revision.
+    let r = c
+        .get("w/a", Some(GetOptions::new().with_revision(r1)))
+        .await
+        .unwrap();
+    assert_eq!(r.kvs()[0].value(), b"1");
+    assert_eq!(c.get("w/a", None).await.unwrap().count(), 0);
+
+    let mut stream = c
+        .watch(
+            "w/",
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(r1)
+                    .with_prev_key(),
+            ),
+        )
+        .await
+        .unwrap();
+    let created = stream.message().await.unwrap().unwrap();
+    assert!(created.created());
+    let id = created.watch_id();
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        let r = stream.message().await.unwrap().unwrap();
+        assert_eq!(r.watch_id(), id);
+        events.extend(r.events().iter().map(|e| {
+            let kv = e.kv().unwrap();
+            (
+                e.event_type(),
+                kv.value().to_vec(),
+                kv.mod_revision(),
+                e.prev_kv().map(|p| p.value().to_vec()),
+            )
+        }));
+    }
+    assert_eq!(
+        events,
+        [
+            (EventType::Put, b"1".to_vec(), r1, None),
+            (EventType::Put, b"2".to_vec(), r1 + 1, Some(b"1".to_vec())),
+            (EventType::Delete, Vec::new(), r3, Some(b"2".to_vec())),
+        ]
+    );
+
+    // A live write through the leader, and a second watcher on the same stream.
+    stream
+        .watch("w/b", Some(WatchOptions::new().with_watch_id(9)))
+        .await
+        .unwrap();
+    let created = stream.message().await.unwrap().unwrap();
+    assert!(created.created() && created.watch_id() == 9);
+    let r4 = writer
+        .put("w/b", "x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 2 {
+        let r = stream.message().await.unwrap().unwrap();
+        assert_eq!(r.events().len(), 1);
+        assert_eq!(r.events()[0].kv().unwrap().mod_revision(), r4);
+        seen.insert(r.watch_id());
+    }
+    assert_eq!(seen, [id, 9].into());
+    stream.cancel(9).await.unwrap();
+    let r = stream.message().await.unwrap().unwrap();
+    assert!(r.canceled() && r.watch_id() == 9);
+
+    // Compact, its refusals, and a watch from a compacted revision.
+    c.compact(r3, None).await.unwrap();
+    for (rev, msg) in [
+        (r3, "etcdserver: mvcc: required revision has been compacted"),
+        (
+            r4 + 100,
+            "etcdserver: mvcc: required revision is a future revision",
+        ),
+    ] {
+        match c.compact(rev, None).await {
+            Err(etcd_client::Error::GRpcStatus(s)) => {
+                assert_eq!((s.code(), s.message()), (tonic::Code::OutOfRange, msg));
+            }
+            other => panic!("compact({rev}) must be refused: {other:?}"),
+        }
+    }
+    match c
+        .get("w/a", Some(GetOptions::new().with_revision(r1)))
+        .await
+    {
+        Err(etcd_client::Error::GRpcStatus(s)) => assert_eq!(s.code(), tonic::Code::OutOfRange),
+        other => panic!("a read below the compacted revision must fail: {other:?}"),
+    }
+    let mut old = c
+        .watch(
+            "w/",
+            Some(WatchOptions::new().with_prefix().with_start_revision(r1)),
+        )
+        .await
+        .unwrap();
+    assert!(old.message().await.unwrap().unwrap().created());
+    let r = old.message().await.unwrap().unwrap();
+    assert!(r.canceled(), "{r:?}");
+    assert_eq!(r.compact_revision(), r3);
 }

@@ -253,3 +253,186 @@ fn etcdctl_works_against_oncekv_dev_and_data_survives_a_restart() {
         .unwrap();
     assert_eq!(after, before + 1, "revisions continue after a restart");
 }
+
+/// etcdctl against one endpoint; returns (success, stdout, stderr) without judging.
+fn etcdctl_at(endpoint: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .arg("--command-timeout=10s")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("etcdctl is not installed: run .ci/install-deps");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// A long-running `etcdctl watch`, whose stdout lines arrive on a channel; killed on drop.
+struct EtcdctlWatch {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl EtcdctlWatch {
+    fn spawn(endpoint: &str, args: &[&str]) -> EtcdctlWatch {
+        let mut child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoint}"))
+            .arg("watch")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcdctl is not installed: run .ci/install-deps");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        EtcdctlWatch { child, lines }
+    }
+
+    /// The next `n` lines it prints.
+    fn lines(&self, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                self.lines
+                    .recv_timeout(Duration::from_secs(10))
+                    .unwrap_or_else(|e| panic!("etcdctl watch printed {i} of {n} lines: {e}"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for EtcdctlWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// etcd's data model through etcd's own CLI: reads at past revisions, a watch on a
+// follower seeing writes made through the other members, a replay of history with
+// previous values, compaction with etcd's two refusals, and a watch from a compacted
+// revision cancelled with etcd's message. Outputs are compared with etcd 3.4's.
+#[test]
+fn etcdctl_watch_get_rev_and_compaction_behave_as_with_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = DevCluster::start(dir.path());
+    let status = json(&c.etcdctl(&["endpoint", "status", "-w", "json"]));
+    let statuses = status.as_array().unwrap();
+    let is_leader =
+        |s: &serde_json::Value| s["Status"]["leader"] == s["Status"]["header"]["member_id"];
+    let endpoint = |s: &serde_json::Value| s["Endpoint"].as_str().unwrap().to_string();
+    let follower = endpoint(statuses.iter().find(|s| !is_leader(s)).unwrap());
+    let others: Vec<String> = statuses
+        .iter()
+        .map(endpoint)
+        .filter(|e| *e != follower)
+        .collect();
+    let put_at = |e: &str, k: &str, v: &str| {
+        let (ok, out, err) = etcdctl_at(e, &["put", k, v, "-w", "json"]);
+        assert!(ok, "{out}{err}");
+        json(&out)["header"]["revision"].as_i64().unwrap()
+    };
+
+    let r1 = put_at(&others[0], "w/a", "1");
+    let r2 = put_at(&others[1], "w/a", "2");
+    put_at(&others[0], "w/b", "1");
+    assert_eq!(c.etcdctl(&["del", "w/a"]).trim(), "1");
+
+    // get --rev: the keyspace as it was.
+    assert_eq!(
+        c.etcdctl(&["get", "w/a", &format!("--rev={r1}")]),
+        "w/a\n1\n"
+    );
+    assert_eq!(
+        c.etcdctl(&["get", "w/", "--prefix", &format!("--rev={r2}")]),
+        "w/a\n2\n"
+    );
+    assert_eq!(c.etcdctl(&["get", "w/a"]), "");
+
+    // A live watch on a follower (from the next revision, so no write can slip in
+    // before it is set up), written to through the two other members.
+    let now = json(&c.etcdctl(&["get", "w/", "-w", "json"]))["header"]["revision"]
+        .as_i64()
+        .unwrap();
+    let live = EtcdctlWatch::spawn(
+        &follower,
+        &["w/", "--prefix", &format!("--rev={}", now + 1)],
+    );
+    put_at(&others[0], "w/live", "x");
+    put_at(&others[1], "w/live", "y");
+    assert_eq!(live.lines(6), ["PUT", "w/live", "x", "PUT", "w/live", "y"]);
+    let (ok, _, err) = etcdctl_at(&others[1], &["del", "w/live"]);
+    assert!(ok, "{err}");
+    assert_eq!(live.lines(2), ["DELETE", "w/live"]);
+    assert_eq!(live.lines(1), [""], "a delete prints an empty value");
+    drop(live);
+
+    // Replay from an old revision with previous values, in etcdctl's format: the event
+    // type, the previous key-value if any, then the key-value.
+    let replay = EtcdctlWatch::spawn(
+        &follower,
+        &["w/", "--prefix", "--prev-kv", &format!("--rev={r1}")],
+    );
+    let want = [
+        "PUT", "w/a", "1", //
+        "PUT", "w/a", "1", "w/a", "2", //
+        "PUT", "w/b", "1", //
+        "DELETE", "w/a", "2", "w/a", "", //
+        "PUT", "w/live", "x", //
+        "PUT", "w/live", "x", "w/live", "y", //
+        "DELETE", "w/live", "y", "w/live", "",
+    ];
+    assert_eq!(replay.lines(want.len()), want);
+    drop(replay);
+
+    // Compaction, and etcd's two refusals (messages as etcd 3.4 prints them).
+    let (ok, out, err) = etcdctl_at(&follower, &["compaction", &r2.to_string()]);
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("compacted revision {r2}\n"));
+    let (ok, _, err) = etcdctl_at(&follower, &["compaction", &r2.to_string()]);
+    assert!(!ok);
+    assert!(
+        err.ends_with("Error: etcdserver: mvcc: required revision has been compacted\n"),
+        "{err}"
+    );
+    let (ok, _, err) = etcdctl_at(&follower, &["compaction", "1000000"]);
+    assert!(!ok);
+    assert!(
+        err.ends_with("Error: etcdserver: mvcc: required revision is a future revision\n"),
+        "{err}"
+    );
+    let (ok, _, err) = etcdctl_at(&follower, &["get", "w/a", &format!("--rev={r1}")]);
+    assert!(!ok);
+    assert!(
+        err.ends_with("Error: etcdserver: mvcc: required revision has been compacted\n"),
+        "{err}"
+    );
+    assert_eq!(
+        c.etcdctl(&["get", "w/a", &format!("--rev={r2}")]),
+        "w/a\n2\n"
+    );
+
+    // A watch from a compacted revision is cancelled by the server; etcdctl says why and
+    // exits.
+    let (ok, out, err) = etcdctl_at(&follower, &["watch", "w/a", &format!("--rev={r1}")]);
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "watch was canceled (etcdserver: mvcc: required revision has been compacted)\n\
+         Error: watch is canceled by the server\n"
+    );
+}

@@ -1,7 +1,9 @@
 //! Between etcd's protobuf messages and the core's request and response types.
 
 use oncekv_core as core;
-use oncekv_core::{CompareResult, CompareTarget, KeyRange, SortOrder, SortTarget};
+use oncekv_core::{
+    CompareResult, CompareTarget, Event, EventKind, KeyRange, SortOrder, SortTarget,
+};
 
 use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
@@ -212,5 +214,19 @@ pub fn txn_response(r: core::TxnResponse, header: Option<pb::ResponseHeader>) ->
         header,
         succeeded: r.succeeded,
         responses,
+    }
+}
+
+/// A history event as etcd's `mvccpb.Event`. A delete's `kv` carries the key and the
+/// delete's revision only, as etcd's does.
+pub fn event(e: Event) -> mvccpb::Event {
+    let kind = match e.kind {
+        EventKind::Put => mvccpb::event::EventType::Put,
+        EventKind::Delete => mvccpb::event::EventType::Delete,
+    };
+    mvccpb::Event {
+        r#type: kind as i32,
+        kv: Some(key_value(e.kv)),
+        prev_kv: e.prev_kv.map(key_value),
     }
 }

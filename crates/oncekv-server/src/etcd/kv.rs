@@ -98,13 +98,30 @@ impl Kv for KvService {
 
     async fn compact(
         &self,
-        _request: Request<pb::CompactionRequest>,
+        request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
-        // No MVCC history is kept, so there is nothing to compact: every older revision
-        // already answers "compacted".
-        let revision = self.node.applied().read().sm.revision();
-        Ok(Response::new(pb::CompactionResponse {
-            header: self.node.header(revision),
-        }))
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let r = request.into_inner();
+        // Compaction is a log entry, so every replica drops the same history. `physical`
+        // needs no extra wait: etcd's asks to wait for its backend's background cleanup,
+        // but here the history is dropped in the state machine as the entry is applied,
+        // and the answer comes only after that (through a follower, after the leader's
+        // apply; the follower applies the same entry next, and a linearizable read there
+        // waits for it).
+        let reply = self
+            .node
+            .execute(
+                Op::Compact {
+                    revision: r.revision,
+                },
+                meta,
+            )
+            .await?;
+        match reply.result.map_err(ApiError::from)? {
+            OpResponse::Compact => Ok(Response::new(pb::CompactionResponse {
+                header: self.node.header(reply.revision),
+            })),
+            other => Err(unexpected(other)),
+        }
     }
 }

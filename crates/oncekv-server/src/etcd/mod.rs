@@ -1,4 +1,4 @@
-//! The etcd v3 gRPC API (KV, Lease, Cluster, Maintenance) and oncekv's Session service.
+//! The etcd v3 gRPC API (KV, Watch, Lease, Cluster, Maintenance) and oncekv's Session service.
 //!
 //! Handlers translate requests to core ops, propose or read through
 //! [`NodeCore`](crate::request_path::NodeCore), and map
@@ -10,9 +10,11 @@ pub mod convert;
 mod kv;
 mod lease;
 mod session;
+mod watch;
 
 pub use cluster::{ClusterService, MaintenanceService};
 pub use kv::KvService;
 pub use lease::LeaseService;
 pub use oncekv_proto::SessionMeta;
 pub use session::SessionService;
+pub use watch::WatchService;
