@@ -48,9 +48,6 @@ use cursor::{Cursor, Step};
 /// the task reading its stream, so the server (not this client) holds the backlog, and
 /// serves it from history.
 const DELIVERY_QUEUE: usize = 16;
-/// etcd's `rpctypes.MetadataRequireLeaderKey` and its value: a watch stream carrying it is
-/// refused, or ended, by a member without a leader.
-const REQUIRE_LEADER: (&str, &str) = ("hasleader", "true");
 /// How long a cancel waits for the server to confirm before the stream is just dropped
 /// (which ends the watch on the server as well).
 const CANCEL_WAIT: Duration = Duration::from_secs(1);
@@ -305,8 +302,10 @@ impl WatchTask {
         let mut request = tonic::Request::new(ReceiverStream::new(outbound));
         if self.options.requires_leader() {
             request.metadata_mut().insert(
-                REQUIRE_LEADER.0,
-                tonic::metadata::MetadataValue::from_static(REQUIRE_LEADER.1),
+                oncekv_proto::metadata::REQUIRE_LEADER_KEY,
+                tonic::metadata::MetadataValue::from_static(
+                    oncekv_proto::metadata::REQUIRE_LEADER_VALUE,
+                ),
             );
         }
         let opened =
