@@ -107,6 +107,10 @@ impl Client {
         })
     }
 
+    pub(crate) fn transport(&self) -> &Arc<Transport> {
+        &self.inner.transport
+    }
+
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
     }

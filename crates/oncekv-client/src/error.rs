@@ -74,6 +74,17 @@ pub enum Error {
     /// again would hide the bug and may meet it again.
     #[error("oncekv server bug: {0}")]
     Internal(String),
+    /// A watch needs revisions that compaction has removed: it asked to start (or, after
+    /// losing its member, to resume) below `compact_revision`, the oldest revision history
+    /// still holds. The watch has ended; events before `compact_revision` are lost to it.
+    /// Read the current state (and watch again from after it) to carry on. An answer.
+    #[error(
+        "etcdserver: mvcc: required revision has been compacted (history starts at revision {compact_revision})"
+    )]
+    Compacted { compact_revision: i64 },
+    /// The server cancelled a watch for another reason than compaction. An answer.
+    #[error("watch canceled by the server: {reason}")]
+    WatchCanceled { reason: String },
     /// The session is gone (a session-level call such as `close` met an expired session).
     /// Writes never return this: they re-register or report
     /// [`OutcomeUnknown`](Error::OutcomeUnknown).
@@ -113,6 +124,8 @@ impl Error {
                 | Error::PermissionDenied(_)
                 | Error::SeqReused(_)
                 | Error::SessionExpired(_)
+                | Error::Compacted { .. }
+                | Error::WatchCanceled { .. }
         )
     }
 

@@ -1,13 +1,14 @@
-//! The KV calls: put, range/get, delete, txn.
+//! The KV calls: put, range/get, delete, txn, compact.
 
 use bytes::Bytes;
 use oncekv_core::KeyValue;
+use oncekv_proto::etcdserverpb::CompactionRequest;
 use oncekv_proto::etcdserverpb::kv_client::KvClient;
 
 use crate::client::{Client, Kind};
 use crate::error::Error;
 use crate::options::{Compare, DeleteOptions, GetOptions, PutOptions, TxnOp, txn_request};
-use crate::responses::{DeleteResponse, PutResponse, RangeResponse, TxnResponse};
+use crate::responses::{CompactResponse, DeleteResponse, PutResponse, RangeResponse, TxnResponse};
 
 fn bytes(b: impl Into<Vec<u8>>) -> Bytes {
     Bytes::from(b.into())
@@ -94,5 +95,22 @@ impl Client {
         })
         .await
         .map(TxnResponse::from)
+    }
+
+    /// Discards history below `revision`: reads at older revisions, and watches starting
+    /// before it, are refused as compacted from then on. `physical`: answer only once the
+    /// compaction has been applied (etcd's `--physical`).
+    ///
+    /// Refused (an [`Error::Rejected`] with code `OutOfRange`, as etcd) when `revision` is
+    /// at or below the last compaction or above the current revision. Exactly once, like
+    /// every write: a retry after a lost reply gets the first answer back, not a
+    /// "compacted" refusal caused by its own first attempt.
+    pub async fn compact(&self, revision: i64, physical: bool) -> Result<CompactResponse, Error> {
+        let req = CompactionRequest { revision, physical };
+        self.call(Kind::Write, "compact", req, |ch, r| async move {
+            Ok(KvClient::new(ch).compact(r).await?.into_inner())
+        })
+        .await
+        .map(CompactResponse::from)
     }
 }

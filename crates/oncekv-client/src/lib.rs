@@ -64,6 +64,13 @@
 //!   not have been applied. Either way the next call uses a fresh session.
 //! - **Reads** (get, range, lease time-to-live and leases, member list) are retried the
 //!   same way without a session; they are linearizable unless asked to be serializable.
+//! - **Watches** ([`Client::watch`]) run on a stream of their own to one member (any
+//!   member: each serves watches from its applied history). The client remembers the first
+//!   revision it has not delivered; if the stream fails (the member stops, the connection
+//!   resets or goes silent), it creates the watch again on another member from exactly
+//!   that revision, so every revision arrives once, in order. A watch that needs history
+//!   compaction removed ends with [`Error::Compacted`]. [`Client::compact`] is a tracked
+//!   write like the others.
 //!
 //! [`ClientConfig::untracked`] makes an etcd-style client with the same API and retries but
 //! no session: a retried write may then apply twice (for comparison only).
@@ -94,6 +101,7 @@ pub mod responses;
 mod retry;
 mod session;
 mod transport;
+mod watch;
 
 pub use client::{Client, ClientStats};
 pub use config::ClientConfig;
@@ -101,9 +109,12 @@ pub use error::Error;
 pub use oncekv_core::KeyValue;
 pub use options::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp,
+    WatchOptions,
 };
 pub use responses::{
-    DeleteResponse, Header, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevokeResponse,
-    LeaseTimeToLiveResponse, Member, MemberListResponse, PutResponse, RangeResponse, Status,
-    TxnOpResponse, TxnResponse,
+    CompactResponse, DeleteResponse, Event, EventType, Header, LeaseGrantResponse,
+    LeaseKeepAliveResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse, Member,
+    MemberListResponse, PutResponse, RangeResponse, Status, TxnOpResponse, TxnResponse,
+    WatchResponse,
 };
+pub use watch::Watcher;

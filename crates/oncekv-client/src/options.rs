@@ -126,7 +126,9 @@ impl GetOptions {
         self
     }
 
-    /// Read at this store revision (oncekv keeps no history: only the current one works).
+    /// Read the keyspace as it was at this store revision (0: the latest). A revision below
+    /// the last compaction is refused with "required revision has been compacted", one
+    /// above the current revision with "required revision is a future revision".
     pub fn with_revision(mut self, revision: i64) -> GetOptions {
         self.revision = revision;
         self
@@ -234,6 +236,128 @@ impl DeleteOptions {
             range_end: self.end.for_key(&key),
             key,
             prev_kv: self.prev_kv,
+        }
+    }
+}
+
+/// Options of [`Client::watch`](crate::Client::watch): which keys, from which revision,
+/// and what each event carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchOptions {
+    end: RangeEnd,
+    start_revision: i64,
+    allow_leaderless: bool,
+    prev_kv: bool,
+    no_put: bool,
+    no_delete: bool,
+    progress_notify: bool,
+    fragment: bool,
+}
+
+impl WatchOptions {
+    pub fn new() -> WatchOptions {
+        WatchOptions::default()
+    }
+
+    /// Every key that starts with the given key.
+    pub fn with_prefix(mut self) -> WatchOptions {
+        self.end = RangeEnd::Prefix;
+        self
+    }
+
+    /// Every key greater than or equal to the given key.
+    pub fn with_from_key(mut self) -> WatchOptions {
+        self.end = RangeEnd::FromKey;
+        self
+    }
+
+    /// Keys in `[key, end)`.
+    pub fn with_range_end(mut self, end: impl Into<Vec<u8>>) -> WatchOptions {
+        self.end = RangeEnd::End(end.into().into());
+        self
+    }
+
+    /// Replay history from this revision (inclusive) before live events; 0 (the default):
+    /// only changes made after the watch is created. A revision below the last compaction
+    /// ends the watch with [`Error::Compacted`](crate::Error::Compacted).
+    pub fn with_start_revision(mut self, revision: i64) -> WatchOptions {
+        self.start_revision = revision;
+        self
+    }
+
+    /// Each event carries the key's previous key-value (if history still holds it).
+    pub fn with_prev_kv(mut self) -> WatchOptions {
+        self.prev_kv = true;
+        self
+    }
+
+    /// Leave out put events (the server filters them).
+    pub fn with_no_put(mut self) -> WatchOptions {
+        self.no_put = true;
+        self
+    }
+
+    /// Leave out delete events (the server filters them).
+    pub fn with_no_delete(mut self) -> WatchOptions {
+        self.no_delete = true;
+        self
+    }
+
+    /// Ask the server for periodic empty responses carrying the current revision while
+    /// nothing matches: they tell how far the watch has got, and let a resumed watch
+    /// start past revisions that had nothing for it.
+    pub fn with_progress_notify(mut self) -> WatchOptions {
+        self.progress_notify = true;
+        self
+    }
+
+    /// Let the server split responses too large for one message; the client joins the
+    /// fragments, so each [`WatchResponse`](crate::WatchResponse) is still whole.
+    pub fn with_fragment(mut self) -> WatchOptions {
+        self.fragment = true;
+        self
+    }
+
+    /// Let a member that has lost touch with the leader go on serving the watch (etcd
+    /// clients' default). Without this, the watch asks to be served only by a member that
+    /// has a leader, as etcdctl does: a member cut off from the cluster (which would keep
+    /// the stream open but see no new revisions) ends it after a few election timeouts,
+    /// and the watch resumes on a member that has one.
+    pub fn with_leaderless_member_allowed(mut self) -> WatchOptions {
+        self.allow_leaderless = true;
+        self
+    }
+
+    /// The revision the watch starts from (0: from now on).
+    pub fn start_revision(&self) -> i64 {
+        self.start_revision
+    }
+
+    /// Whether the serving member must have a leader.
+    pub(crate) fn requires_leader(&self) -> bool {
+        !self.allow_leaderless
+    }
+
+    /// The create request for `key` starting at `start_revision` (the watch's own on
+    /// first creation, later the revision to resume from).
+    pub(crate) fn request(&self, key: Bytes, start_revision: i64) -> pb::WatchCreateRequest {
+        use pb::watch_create_request::FilterType;
+        let mut filters = Vec::new();
+        if self.no_put {
+            filters.push(FilterType::Noput as i32);
+        }
+        if self.no_delete {
+            filters.push(FilterType::Nodelete as i32);
+        }
+        pb::WatchCreateRequest {
+            range_end: self.end.for_key(&key),
+            key,
+            start_revision,
+            progress_notify: self.progress_notify,
+            filters,
+            prev_kv: self.prev_kv,
+            watch_id: 0,
+            fragment: self.fragment,
         }
     }
 }

@@ -134,6 +134,87 @@ impl From<pb::TxnResponse> for TxnResponse {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactResponse {
+    /// `revision` is the store revision when the compaction was applied.
+    pub header: Header,
+}
+
+impl From<pb::CompactionResponse> for CompactResponse {
+    fn from(r: pb::CompactionResponse) -> CompactResponse {
+        CompactResponse {
+            header: r.header.into(),
+        }
+    }
+}
+
+/// What an [`Event`] did to its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Put,
+    Delete,
+}
+
+/// One change of one key (etcd's `mvccpb.Event`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventType,
+    /// For a put, the key-value it wrote; for a delete, the key with `mod_revision` set
+    /// to the revision of the delete (and no value).
+    pub kv: KeyValue,
+    /// The key-value before this event, when the watch asked for it and history still
+    /// held it.
+    pub prev_kv: Option<KeyValue>,
+}
+
+impl Event {
+    /// The revision this event happened at. Several events share one revision when one
+    /// transaction (or one range delete) made them.
+    pub fn revision(&self) -> i64 {
+        self.kv.mod_revision
+    }
+}
+
+impl TryFrom<mvccpb::Event> for Event {
+    /// What was wrong with the event (a server that breaks the wire format).
+    type Error = String;
+
+    fn try_from(e: mvccpb::Event) -> Result<Event, String> {
+        use mvccpb::event::EventType as T;
+        let kind = match T::try_from(e.r#type) {
+            Ok(T::Put) => EventType::Put,
+            Ok(T::Delete) => EventType::Delete,
+            Err(_) => return Err(format!("unknown event type {}", e.r#type)),
+        };
+        let kv = e.kv.ok_or("an event without a key-value")?;
+        Ok(Event {
+            kind,
+            kv: key_value(kv),
+            prev_kv: e.prev_kv.map(key_value),
+        })
+    }
+}
+
+/// What a watch delivers: the events of one or more revisions, in revision order, or (with
+/// no events) a progress notification.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchResponse {
+    /// The member that sent it. With events, `revision` is the store revision when they
+    /// were sent (it may be past the last event); without, every event up to `revision`
+    /// has been delivered.
+    pub header: Header,
+    /// Every event of each revision it covers (a revision's events are never split
+    /// between responses).
+    pub events: Vec<Event>,
+}
+
+impl WatchResponse {
+    /// A progress notification: no events, only how far the watch has got.
+    pub fn is_progress_notify(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeaseGrantResponse {
     pub header: Header,
     pub id: i64,

@@ -1,5 +1,5 @@
 //! The four request metadata keys that make a write exactly-once, written by the client
-//! and read by the server with the same code.
+//! and read by the server with the same code; and etcd's require-leader key.
 
 use oncekv_core::Secret;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap, MetadataValue};
@@ -12,6 +12,12 @@ pub const SECRET_KEY: &str = "oncekv-session-secret";
 pub const SEQ_KEY: &str = "oncekv-seq";
 /// The smallest seq the client has no answer for (decimal, from 1).
 pub const FIRST_INCOMPLETE_KEY: &str = "oncekv-first-incomplete";
+
+/// etcd's `rpctypes.MetadataRequireLeaderKey`, with [`REQUIRE_LEADER_VALUE`]: etcdctl and
+/// etcd's clients set it on watch streams, and a member without a leader refuses such a
+/// stream, or ends it, rather than serve a view that may be cut off from the cluster.
+pub const REQUIRE_LEADER_KEY: &str = "hasleader";
+pub const REQUIRE_LEADER_VALUE: &str = "true";
 
 /// The session fields of a tracked request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 //! and real `oncekv-client` clients run as turmoil hosts on one thread, in simulated time,
 //! over a simulated network and simulated disks ([`disk::MemDisk`]), with every source of
 //! randomness seeded from one `u64`. The seed chooses the faults ([`faults`]) and the
-//! workload ([`workload`]); the checkers ([`replicas`], [`check`], [`linearizability`])
-//! judge the run. Running a seed again reproduces it bit for bit ([`run::Report::trace_hash`]).
+//! workload ([`workload`], with [`watchers`] following it); the checkers ([`replicas`],
+//! [`check`], [`linearizability`], [`watchers::check`]) judge the run. Running a seed again reproduces it bit for bit ([`run::Report::trace_hash`]).
 //!
 //! ```no_run
 //! let report = oncekv_sim::run::run(42, &oncekv_sim::run::Options::default());
@@ -26,6 +26,7 @@ pub mod replicas;
 pub mod run;
 pub mod trace;
 pub mod trap;
+pub mod watchers;
 pub mod workload;
 
 /// Whether this build lets turmoil seed tokio's own RNG (`--cfg tokio_unstable`, which

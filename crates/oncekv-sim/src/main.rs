@@ -136,6 +136,10 @@ fn main() -> ExitCode {
         total.commit_traps,
         total.losses,
     );
+    println!(
+        "  watch events checked: {}; watches resumed on another member: {}",
+        total.watch_events, total.watch_resumes,
+    );
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -154,6 +158,8 @@ struct Totals {
     duplicates: BTreeMap<String, u64>,
     commit_traps: u64,
     losses: u64,
+    watch_events: u64,
+    watch_resumes: u64,
 }
 
 /// Starts the line a `--report-line` child prints its figures on.
@@ -174,6 +180,8 @@ impl Totals {
                 .collect(),
             commit_traps: r.commit_traps,
             losses: r.losses,
+            watch_events: r.watch_events as u64,
+            watch_resumes: r.watch_resumes,
         }
     }
 
@@ -190,6 +198,8 @@ impl Totals {
         }
         self.commit_traps += t.commit_traps;
         self.losses += t.losses;
+        self.watch_events += t.watch_events;
+        self.watch_resumes += t.watch_resumes;
     }
 
     /// `key=value` fields separated by spaces; the maps as `name:count,...`.
@@ -201,13 +211,15 @@ impl Totals {
                 .join(",")
         };
         format!(
-            "seeds={} sim_ms={} calls={} unknown={} commit_traps={} losses={} faults={} duplicates={}",
+            "seeds={} sim_ms={} calls={} unknown={} commit_traps={} losses={} watch_events={} watch_resumes={} faults={} duplicates={}",
             self.seeds,
             self.sim_ms,
             self.calls,
             self.unknown,
             self.commit_traps,
             self.losses,
+            self.watch_events,
+            self.watch_resumes,
             map(&self.faults),
             map(&self.duplicates),
         )
@@ -235,6 +247,8 @@ impl Totals {
                 "unknown" => t.unknown = value.parse().ok()?,
                 "commit_traps" => t.commit_traps = value.parse().ok()?,
                 "losses" => t.losses = value.parse().ok()?,
+                "watch_events" => t.watch_events = value.parse().ok()?,
+                "watch_resumes" => t.watch_resumes = value.parse().ok()?,
                 "faults" => t.faults = map(value)?,
                 "duplicates" => t.duplicates = map(value)?,
                 _ => return None,
@@ -255,7 +269,7 @@ struct Outcome {
 fn outcome_of(report: &Report, wall: f64, full_trace: bool) -> Outcome {
     let seed = report.seed;
     let mut text = format!(
-        "seed {seed}: {} in {wall:.1}s wall, {:.1}s simulated, {} calls ({} unknown), {} entries applied, {} executions, {} expiries, {} duplicates, {} commit traps, trace {:016x}\n",
+        "seed {seed}: {} in {wall:.1}s wall, {:.1}s simulated, {} calls ({} unknown), {} entries applied, {} executions, {} expiries, {} duplicates, {} commit traps, {} watch events ({} resumes), trace {:016x}\n",
         if report.ok() { "ok" } else { "VIOLATION" },
         report.sim_ms as f64 / 1000.0,
         report.calls,
@@ -265,6 +279,8 @@ fn outcome_of(report: &Report, wall: f64, full_trace: bool) -> Outcome {
         report.expiries,
         report.duplicates.values().sum::<u64>(),
         report.commit_traps,
+        report.watch_events,
+        report.watch_resumes,
         report.trace_hash,
     );
     if !report.ok() {

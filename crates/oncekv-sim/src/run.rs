@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -24,6 +24,7 @@ use crate::net::{CLIENT_PORT, Net, PEER_PORT};
 use crate::replicas::{ReplicaObserver, Replicas};
 use crate::trace::Trace;
 use crate::trap::CommitTrap;
+use crate::watchers::{self, WatcherPlan};
 use crate::workload::{self, ClientPlan, History};
 
 /// Cluster time starts here (a fixed epoch, so traces do not depend on the wall clock).
@@ -52,6 +53,8 @@ pub struct Options {
     pub breaks: Breaks,
     /// Run these faults instead of the seed's schedule (targeted regression tests).
     pub schedule: Option<Vec<faults::Step>>,
+    /// Run the watchers ([`watchers::specs`]) beside the workload.
+    pub watchers: bool,
 }
 
 impl Default for Options {
@@ -65,6 +68,7 @@ impl Default for Options {
             max_secs: 120,
             breaks: Breaks::default(),
             schedule: None,
+            watchers: true,
         }
     }
 }
@@ -90,6 +94,10 @@ pub struct Report {
     pub commit_traps: u64,
     /// Received chunks delayed as lost segments.
     pub losses: u64,
+    /// Events the watchers received, and how often their watches resumed on another
+    /// member.
+    pub watch_events: usize,
+    pub watch_resumes: u64,
 }
 
 impl Report {
@@ -262,6 +270,27 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let endpoints: Vec<String> = (0..opts.nodes)
         .map(|i| format!("http://{}:{CLIENT_PORT}", node_name(i)))
         .collect();
+    let clients_running = Arc::new(AtomicUsize::new(opts.clients));
+    let specs = if opts.watchers {
+        watchers::specs()
+    } else {
+        Vec::new()
+    };
+    let records: watchers::Records = Arc::new(Mutex::new(
+        specs.iter().map(|_| watchers::Record::default()).collect(),
+    ));
+    for (index, spec) in specs.iter().enumerate() {
+        let plan = WatcherPlan {
+            index,
+            spec: spec.clone(),
+            endpoints: endpoints.clone(),
+            clients_running: clients_running.clone(),
+            records: records.clone(),
+            trace: trace.clone(),
+            net: net.clone(),
+        };
+        sim.client(format!("w{index}"), watchers::run(plan));
+    }
     for c in 0..opts.clients {
         let plan = ClientPlan {
             index: c,
@@ -273,7 +302,12 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             trace: trace.clone(),
             net: net.clone(),
         };
-        sim.client(client_name(c), workload::run(plan));
+        let running = clients_running.clone();
+        sim.client(client_name(c), async move {
+            let result = workload::run(plan).await;
+            running.fetch_sub(1, Ordering::AcqRel);
+            result
+        });
     }
 
     let schedule = if let Some(s) = &opts.schedule {
@@ -333,6 +367,25 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         }
     }
     let sim_ms = sim.elapsed().as_millis() as u64;
+    // The history each watcher must have seen, from the member that applied the most.
+    let histories: Result<Vec<Vec<watchers::Seen>>, String> = {
+        let cores = lock(&world.cores);
+        let most = cores
+            .iter()
+            .flatten()
+            .max_by_key(|c| c.applied().read().sm.applied_index());
+        match most {
+            Some(core) => {
+                let applied = core.applied();
+                let inner = applied.read();
+                specs
+                    .iter()
+                    .map(|s| watchers::history_of(&inner.sm, s))
+                    .collect()
+            }
+            None => Err("no member is running at the end".into()),
+        }
+    };
     drop(sim);
     let faults = std::mem::take(&mut world.applied);
     drop(world);
@@ -341,6 +394,13 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let replicas = lock(&replicas);
     violations.extend(replicas.violations.iter().cloned());
     violations.extend(check::history(&history, opts.clients));
+    let records = std::mem::take(&mut *lock(&records));
+    if opts.watchers {
+        match &histories {
+            Ok(h) => violations.extend(watchers::check(&records, h)),
+            Err(e) => violations.push(format!("watchers: {e}")),
+        }
+    }
     trace.at(
         u128::from(sim_ms),
         format!(
@@ -368,6 +428,8 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         duplicates: duplicates.counts(),
         commit_traps: trap.fired(),
         losses: net.losses(),
+        watch_events: records.iter().map(|r| r.seen.len()).sum(),
+        watch_resumes: records.iter().map(|r| r.resumes).sum(),
     }
 }
 

@@ -20,8 +20,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// oncekv: an etcd-compatible replicated key-value and lease service in which every
 /// command sent through an oncekv session takes effect exactly once.
 ///
-/// The client commands (put, get, del, txn, lease, member, endpoint) take etcdctl 3.4's
-/// arguments and print what it prints.
+/// The client commands (put, get, del, txn, watch, compaction, lease, member, endpoint)
+/// take etcdctl 3.4's arguments and print what it prints.
 #[derive(Debug, Parser)]
 #[command(name = "oncekv", version)]
 struct Cli {

@@ -6,6 +6,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Held by each test while its cluster runs: `oncekv dev` prefers etcd's fixed ports, so
+/// two starting at once could both find a port free and one then fail to bind it.
+static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `oncekv dev` running as a child process; killed on drop.
 struct DevCluster {
     child: Child,
@@ -121,6 +125,9 @@ fn json(s: &str) -> serde_json::Value {
 
 #[test]
 fn etcdctl_works_against_oncekv_dev_and_data_survives_a_restart() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let c = DevCluster::start(dir.path());
 
@@ -327,6 +334,9 @@ impl Drop for EtcdctlWatch {
 // revision cancelled with etcd's message. Outputs are compared with etcd 3.4's.
 #[test]
 fn etcdctl_watch_get_rev_and_compaction_behave_as_with_etcd() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let c = DevCluster::start(dir.path());
     let status = json(&c.etcdctl(&["endpoint", "status", "-w", "json"]));

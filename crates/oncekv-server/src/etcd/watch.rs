@@ -71,10 +71,6 @@ const AUTO_WATCH_ID: i64 = 0;
 /// etcd's `clientv3.InvalidWatchID`: a refused create, or a response for the whole
 /// stream (progress).
 const INVALID_WATCH_ID: i64 = -1;
-/// etcd's `rpctypes.MetadataRequireLeaderKey`: etcdctl and clientv3 set it on watch
-/// streams so that a member without a leader refuses them rather than serving a view
-/// that may be cut off from the cluster.
-const REQUIRE_LEADER_KEY: &str = "hasleader";
 /// etcd's `mvcc.ErrEmptyWatcherRange`.
 const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 /// etcd's `mvcc.ErrWatcherDuplicateID`.
@@ -110,8 +106,8 @@ async fn stopping(stop: &mut watch::Receiver<bool>) {
 
 fn requires_leader(metadata: &MetadataMap) -> bool {
     metadata
-        .get(REQUIRE_LEADER_KEY)
-        .is_some_and(|v| v.as_bytes() == b"true")
+        .get(oncekv_proto::metadata::REQUIRE_LEADER_KEY)
+        .is_some_and(|v| v.as_bytes() == oncekv_proto::metadata::REQUIRE_LEADER_VALUE.as_bytes())
 }
 
 #[tonic::async_trait]

@@ -91,7 +91,7 @@ async fn status(
     }
     emit(&p.endpoint_status(&answers))?;
     if failed > 0 {
-        return Err(CliError(format!(
+        return Err(CliError::new(format!(
             "{failed} of {} endpoints did not answer",
             failed + answers.len()
         )));

@@ -7,9 +7,9 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use oncekv_client::{
-    DeleteResponse, Header, KeyValue, LeaseGrantResponse, LeaseKeepAliveResponse,
+    DeleteResponse, EventType, Header, KeyValue, LeaseGrantResponse, LeaseKeepAliveResponse,
     LeaseRevokeResponse, LeaseTimeToLiveResponse, MemberListResponse, PutResponse, RangeResponse,
-    TxnOpResponse, TxnResponse,
+    TxnOpResponse, TxnResponse, WatchResponse,
 };
 use serde::Serialize;
 
@@ -292,6 +292,33 @@ struct JsonStatus {
     is_learner: bool,
 }
 
+/// clientv3's `WatchResponse`: Go field names without JSON tags (so capitalised, and never
+/// left out), a header that is a struct value (`{}` when empty), and the events as etcd's
+/// `mvccpb.Event` (`type` left out for a put, which is 0).
+#[derive(Debug, Serialize)]
+struct JsonWatch {
+    #[serde(rename = "Header")]
+    header: JsonHeader,
+    #[serde(rename = "Events")]
+    events: Vec<JsonEvent>,
+    #[serde(rename = "CompactRevision")]
+    compact_revision: i64,
+    #[serde(rename = "Canceled")]
+    canceled: bool,
+    #[serde(rename = "Created")]
+    created: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonEvent {
+    #[serde(rename = "type", skip_serializing_if = "zero")]
+    kind: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kv: Option<JsonKv>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prev_kv: Option<JsonKv>,
+}
+
 /// One JSON document and a newline, escaped as Go escapes it.
 fn document(value: &impl Serialize) -> Vec<u8> {
     let text = match serde_json::to_string(value) {
@@ -405,6 +432,39 @@ pub(crate) fn endpoint_status(statuses: &[EndpointStatus]) -> Vec<u8> {
         })
         .collect();
     document(&list)
+}
+
+pub(crate) fn watch(r: &WatchResponse) -> Vec<u8> {
+    document(&JsonWatch {
+        header: (&r.header).into(),
+        events: r
+            .events
+            .iter()
+            .map(|e| JsonEvent {
+                kind: match e.kind {
+                    EventType::Put => 0,
+                    EventType::Delete => 1,
+                },
+                kv: Some((&e.kv).into()),
+                prev_kv: e.prev_kv.as_ref().map(JsonKv::from),
+            })
+            .collect(),
+        compact_revision: 0,
+        canceled: false,
+        created: false,
+    })
+}
+
+/// The response etcdctl prints when the server cancels a watch that needs compacted
+/// history (the client library reports it as an error, without the header).
+pub(crate) fn watch_compacted(compact_revision: i64) -> Vec<u8> {
+    document(&JsonWatch {
+        header: (&Header::default()).into(),
+        events: Vec::new(),
+        compact_revision,
+        canceled: true,
+        created: false,
+    })
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ impl PutOp {
                     let mut value = Vec::new();
                     input
                         .read_to_end(&mut value)
-                        .map_err(|e| CliError(format!("reading the value from stdin: {e}")))?;
+                        .map_err(|e| CliError::new(format!("reading the value from stdin: {e}")))?;
                     value
                 }
                 None => return Err("put needs a key and a value".into()),
@@ -136,7 +136,8 @@ pub struct GetOp {
     /// Return at most this many keys (0: all).
     #[arg(long, default_value_t = 0)]
     pub limit: i64,
-    /// Read at this revision (0: the latest; oncekv keeps only the latest).
+    /// Read the keys as they were at this revision (0: the latest). Revisions below the
+    /// last compaction, or above the current one, are refused.
     #[arg(long, default_value_t = 0)]
     pub rev: i64,
     /// Get only the keys.
@@ -169,7 +170,7 @@ pub struct GetArgs {
 
 /// etcd clients read an empty key with a prefix or from-key flag as "every key", which
 /// on the wire is the key `\0`.
-fn range_key(key: &str, prefix: bool, from_key: bool) -> Vec<u8> {
+pub(super) fn range_key(key: &str, prefix: bool, from_key: bool) -> Vec<u8> {
     if key.is_empty() && (prefix || from_key) {
         vec![0]
     } else {

@@ -65,7 +65,7 @@ pub async fn run(opts: &Options, command: LeaseCommand) -> Result<(), CliError> 
         LeaseCommand::Revoke { id } => {
             one_shot(opts, |c, p| async move {
                 let r = c.lease_revoke(id).await.map_err(|e| {
-                    CliError(format!("failed to revoke lease ({})", CliError::from(e)))
+                    CliError::new(format!("failed to revoke lease ({})", CliError::from(e)))
                 })?;
                 emit(&p.lease_revoke(id, &r))
             })
@@ -136,7 +136,7 @@ async fn keep_alive_until_stopped(client: &Client, p: &Printer, id: i64) -> Resu
 }
 
 /// Resolves on ctrl-c or SIGTERM (never, if the handlers cannot be installed).
-async fn stop_signal() {
+pub(super) async fn stop_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;

@@ -13,6 +13,7 @@ mod kv;
 mod lease;
 mod output;
 mod txn;
+mod watch;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -47,6 +48,21 @@ pub enum Command {
     Member(cluster::MemberArgs),
     /// Endpoint related commands.
     Endpoint(cluster::EndpointArgs),
+    /// Watches events stream on keys or prefixes, until ctrl-c.
+    ///
+    /// Prints each change as etcdctl does: PUT or DELETE, then (with --prev-kv) the
+    /// previous key and value, then the key and value, one per line. With --rev, replays
+    /// history from that revision first. If the member serving the watch fails, the watch
+    /// carries on from another member without missing or repeating an event. A watch the
+    /// server cancels (its start revision was compacted) exits with status 5.
+    Watch(watch::WatchArgs),
+    /// Compacts the event history: reads and watches at revisions below REVISION are
+    /// refused from then on (exactly once, through a session).
+    ///
+    /// Refused if REVISION is at or below the last compaction ("required revision has
+    /// been compacted") or above the current revision ("required revision is a future
+    /// revision").
+    Compaction(watch::CompactionArgs),
 }
 
 const DEFAULT_ENDPOINTS: &str = "127.0.0.1:2379";
@@ -182,13 +198,29 @@ impl Options {
     }
 }
 
-/// A failed command: the message etcdctl would print after `Error: `.
+/// A failed command: the message etcdctl would print after `Error: `, and the exit status
+/// (1, as etcdctl's `ExitError`, unless said otherwise).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CliError(pub String);
+pub(crate) struct CliError {
+    pub message: String,
+    pub status: u8,
+}
+
+impl CliError {
+    pub fn new(message: String) -> CliError {
+        CliError { message, status: 1 }
+    }
+
+    /// The same error, exiting with `status`.
+    pub fn with_status(mut self, status: u8) -> CliError {
+        self.status = status;
+        self
+    }
+}
 
 impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -197,7 +229,7 @@ impl From<oncekv_client::Error> for CliError {
     /// for everything else.
     fn from(e: oncekv_client::Error) -> CliError {
         use oncekv_client::Error as E;
-        CliError(match e {
+        CliError::new(match e {
             E::InvalidArgument(m) | E::Rejected { message: m, .. } => m,
             other => other.to_string(),
         })
@@ -206,13 +238,13 @@ impl From<oncekv_client::Error> for CliError {
 
 impl From<String> for CliError {
     fn from(s: String) -> CliError {
-        CliError(s)
+        CliError::new(s)
     }
 }
 
 impl From<&str> for CliError {
     fn from(s: &str) -> CliError {
-        CliError(s.to_string())
+        CliError::new(s.to_string())
     }
 }
 
@@ -222,7 +254,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.status)
         }
     }
 }
@@ -266,6 +298,15 @@ async fn execute(global: &GlobalArgs, command: Command) -> Result<(), CliError> 
             let opts = Options::merge(global, &args.flags);
             cluster::endpoint(&opts, args.command).await
         }
+        Command::Compaction(args) => {
+            let opts = Options::merge(global, &args.flags);
+            watch::compaction(&opts, args).await
+        }
+        Command::Watch(args) => {
+            let opts = Options::merge(global, &args.flags);
+            opts.printer().no_table()?;
+            watch::run(&opts, args).await
+        }
     }
 }
 
@@ -282,7 +323,7 @@ where
     let limit = 2 * opts.command_timeout + opts.dial_timeout;
     let result = match tokio::time::timeout(limit, f(client.clone(), opts.printer())).await {
         Ok(result) => result,
-        Err(_) => Err(CliError(format!(
+        Err(_) => Err(CliError::new(format!(
             "the command did not finish within {limit:?} (--command-timeout {:?}); if it \
              wrote, the write may or may not have taken effect",
             opts.command_timeout
@@ -307,7 +348,7 @@ pub(crate) fn emit(bytes: &[u8]) -> Result<(), CliError> {
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(CliError(format!("writing the output: {e}"))),
+        Err(e) => Err(CliError::new(format!("writing the output: {e}"))),
     }
 }
 

@@ -5,9 +5,9 @@
 //! does, even when they are not UTF-8.
 
 use oncekv_client::{
-    DeleteResponse, KeyValue, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevokeResponse,
-    LeaseTimeToLiveResponse, MemberListResponse, PutResponse, RangeResponse, Status, TxnOpResponse,
-    TxnResponse,
+    DeleteResponse, EventType, KeyValue, LeaseGrantResponse, LeaseKeepAliveResponse,
+    LeaseRevokeResponse, LeaseTimeToLiveResponse, MemberListResponse, PutResponse, RangeResponse,
+    Status, TxnOpResponse, TxnResponse, WatchResponse,
 };
 
 use super::CliError;
@@ -149,6 +149,36 @@ impl Printer {
                 TxnOpResponse::Delete(r) => out.extend(self.del(r)),
                 TxnOpResponse::Txn(r) => self.txn_simple(out, r),
             }
+        }
+    }
+
+    /// Each event: `PUT` or `DELETE`, then the previous key-value (if the watch asked for
+    /// it and there was one), then the key-value (a delete's value line is empty).
+    pub fn watch(&self, r: &WatchResponse) -> Vec<u8> {
+        if self.json() {
+            return json::watch(r);
+        }
+        let mut out = Vec::new();
+        for e in &r.events {
+            out.extend_from_slice(match e.kind {
+                EventType::Put => b"PUT\n",
+                EventType::Delete => b"DELETE\n",
+            });
+            if let Some(prev) = &e.prev_kv {
+                self.kv(&mut out, prev, false);
+            }
+            self.kv(&mut out, &e.kv, false);
+        }
+        out
+    }
+
+    /// What etcdctl prints on stdout when a watch is cancelled for compaction (only in
+    /// JSON: the simple format says it on stderr).
+    pub fn watch_compacted(&self, compact_revision: i64) -> Vec<u8> {
+        if self.json() {
+            json::watch_compacted(compact_revision)
+        } else {
+            Vec::new()
         }
     }
 

@@ -76,7 +76,7 @@ pub fn parse(input: &mut dyn BufRead, interactive: bool) -> Result<Txn, CliError
             let mut line = String::new();
             let n = input
                 .read_line(&mut line)
-                .map_err(|e| CliError(format!("reading the txn from stdin: {e}")))?;
+                .map_err(|e| CliError::new(format!("reading the txn from stdin: {e}")))?;
             let line = line.trim_end_matches(['\n', '\r']);
             if n == 0 || line.trim().is_empty() {
                 break;
@@ -108,7 +108,7 @@ pub async fn run(client: Client, p: Printer, txn: Txn) -> Result<(), CliError> {
 
 /// `target("key") op "operand"`.
 fn parse_compare(line: &str) -> Result<Compare, CliError> {
-    let malformed = |why: &str| CliError(format!("malformed comparison: {line} ({why})"));
+    let malformed = |why: &str| CliError::new(format!("malformed comparison: {line} ({why})"));
     let (target, rest) = line
         .split_once('(')
         .ok_or_else(|| malformed("expected target(\"key\")"))?;
@@ -160,7 +160,7 @@ fn parse_compare(line: &str) -> Result<Compare, CliError> {
 
 /// A `put`, `get` or `del` line with its flags.
 fn parse_request(line: &str) -> Result<TxnOp, CliError> {
-    let invalid = |why: &str| CliError(format!("invalid txn request: {line} ({why})"));
+    let invalid = |why: &str| CliError::new(format!("invalid txn request: {line} ({why})"));
     let args = split_args(line).map_err(|e| invalid(&e))?;
     let parsed = RequestLine::try_parse_from(&args).map_err(|e| {
         let text = e.to_string();
@@ -324,7 +324,7 @@ mod tests {
             ("\nput k\n", "put needs a key and a value"),
             ("\nput \"k v\n", "unterminated"),
         ] {
-            let err = parse_text(text).unwrap_err().0;
+            let err = parse_text(text).unwrap_err().message;
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }
