@@ -6,6 +6,11 @@
 //! random key of a fixed key space. The run stops after `--total` requests or `--duration`
 //! seconds, whichever comes first; progress goes to stderr once a second and a summary
 //! (throughput, latency percentiles, errors) to stdout at the end, as text or JSON.
+//!
+//! `oncekv bench watch` ([`watch`]) measures watch fan-out instead: one writer, many
+//! watchers of the key it writes.
+
+mod watch;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +38,9 @@ pub enum BenchKind {
     Put(PutArgs),
     /// Get random keys of the key space (linearizable unless --consistency s).
     Range(RangeArgs),
+    /// One writer puts one key (or keys under a prefix) while many watchers watch it:
+    /// events delivered per second, delivery latency, and every event exactly once.
+    Watch(watch::WatchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -66,9 +74,9 @@ pub enum WriteOut {
     Json,
 }
 
-/// Options shared by every benchmark.
+/// Where every benchmark connects, and how it reports.
 #[derive(Debug, Args)]
-pub struct Common {
+pub struct Target {
     /// Client endpoints (host:port or http://host:port), comma separated.
     #[arg(
         long,
@@ -76,12 +84,53 @@ pub struct Common {
         default_value = "127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379"
     )]
     pub endpoints: Vec<String>,
+    /// gRPC connections shared by the clients, or by the watch streams (default: one per
+    /// endpoint given).
+    #[arg(long)]
+    pub connections: Option<usize>,
+    /// Send every request (bench watch: every put) to the leader (found with
+    /// Maintenance.Status) instead of spreading the connections over all endpoints.
+    #[arg(long)]
+    pub leader_only: bool,
+    /// Per-request timeout, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// A name for the target, repeated in the summary (e.g. "etcd" or "oncekv").
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Summary format.
+    #[arg(short = 'w', long = "write-out", value_enum, default_value_t = WriteOut::Simple)]
+    pub write_out: WriteOut,
+}
+
+impl Target {
+    fn validate(&self) -> Result<(), String> {
+        if self.endpoints.iter().all(|e| e.trim().is_empty()) {
+            return Err("--endpoints: at least one endpoint is needed".into());
+        }
+        if self.endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err("--endpoints: empty entry".into());
+        }
+        if self.connections == Some(0) {
+            return Err("--connections must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The endpoints as URLs.
+    fn urls(&self) -> Vec<String> {
+        self.endpoints.iter().map(|e| url_of(e)).collect()
+    }
+}
+
+/// Options shared by the put and range benchmarks.
+#[derive(Debug, Args)]
+pub struct Common {
+    #[command(flatten)]
+    pub target: Target,
     /// Concurrent request loops (each has one request outstanding at a time).
     #[arg(long, default_value_t = 64)]
     pub clients: usize,
-    /// gRPC connections shared by the clients (default: one per endpoint given).
-    #[arg(long)]
-    pub connections: Option<usize>,
     /// Stop after this many requests (0: no limit; then --duration is required).
     #[arg(long, default_value_t = 100_000)]
     pub total: u64,
@@ -94,19 +143,6 @@ pub struct Common {
     /// Number of distinct keys requests are spread over.
     #[arg(long, default_value_t = 100_000)]
     pub key_space: u64,
-    /// Send every request to the leader (found with Maintenance.Status) instead of
-    /// spreading the connections over all endpoints.
-    #[arg(long)]
-    pub leader_only: bool,
-    /// Per-request timeout, in seconds.
-    #[arg(long, default_value_t = 10.0)]
-    pub timeout: f64,
-    /// A name for the target, repeated in the summary (e.g. "etcd" or "oncekv").
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Summary format.
-    #[arg(short = 'w', long = "write-out", value_enum, default_value_t = WriteOut::Simple)]
-    pub write_out: WriteOut,
 }
 
 /// What each request does.
@@ -143,33 +179,26 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
                 serializable: r.consistency == Consistency::S,
             },
         ),
+        BenchKind::Watch(w) => return watch::run(w).await,
     };
     validate(&common)?;
-    let timeout = Duration::try_from_secs_f64(common.timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("--timeout {}: expected a positive number", common.timeout))?;
-    let duration = match common.duration {
-        None => None,
-        Some(s) => Some(
-            Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| format!("--duration {s}: expected a positive number"))?,
-        ),
-    };
-    let endpoints: Vec<String> = common.endpoints.iter().map(|e| url_of(e)).collect();
+    let timeout = seconds("--timeout", common.target.timeout)?;
+    let duration = common
+        .duration
+        .map(|s| seconds("--duration", s))
+        .transpose()?;
+    let endpoints: Vec<String> = common.target.urls();
 
-    let targets = if common.leader_only {
+    let targets = if common.target.leader_only {
         vec![find_leader(&endpoints, timeout).await?]
     } else {
         endpoints.clone()
     };
-    let connections = common.connections.unwrap_or(endpoints.len());
+    let connections = common.target.connections.unwrap_or(endpoints.len());
     let mut channels = Vec::with_capacity(connections);
     for i in 0..connections {
         let url = &targets[i % targets.len()];
-        channels.push(connect(url, timeout).await?);
+        channels.push(connect(url, Some(timeout)).await?);
     }
 
     let shared = Arc::new(Shared {
@@ -186,23 +215,23 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         key_space: common.key_space,
     });
 
-    let label = common.label.clone().unwrap_or_else(|| targets.join(","));
+    let label = common
+        .target
+        .label
+        .clone()
+        .unwrap_or_else(|| targets.join(","));
     eprintln!(
         "bench {}: {} clients over {} connections to {}{}; {}",
         workload.name(),
         common.clients,
         connections,
         targets.join(","),
-        if common.leader_only {
+        if common.target.leader_only {
             " (the leader)"
         } else {
             ""
         },
-        match (common.total, duration) {
-            (0, Some(d)) => format!("for {:.1} s", d.as_secs_f64()),
-            (n, None) => format!("{n} requests"),
-            (n, Some(d)) => format!("{n} requests or {:.1} s", d.as_secs_f64()),
-        }
+        run_length(common.total, duration, "requests")
     );
 
     let interrupt = {
@@ -252,7 +281,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         errors,
         first_error.clone(),
     );
-    match common.write_out {
+    match common.target.write_out {
         WriteOut::Simple => print!("{}", summary.text()),
         WriteOut::Json => println!("{}", summary.json()),
     }
@@ -269,18 +298,27 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// "N requests", "for S s" or "N requests or S s": how long a run goes on.
+fn run_length(total: u64, duration: Option<Duration>, what: &str) -> String {
+    match (total, duration) {
+        (0, Some(d)) => format!("for {:.1} s", d.as_secs_f64()),
+        (n, None) => format!("{n} {what}"),
+        (n, Some(d)) => format!("{n} {what} or {:.1} s", d.as_secs_f64()),
+    }
+}
+
+/// A positive number of seconds given as option `flag`.
+fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{flag} {s}: expected a positive number"))
+}
+
 fn validate(c: &Common) -> Result<(), String> {
-    if c.endpoints.iter().all(|e| e.trim().is_empty()) {
-        return Err("--endpoints: at least one endpoint is needed".into());
-    }
-    if c.endpoints.iter().any(|e| e.trim().is_empty()) {
-        return Err("--endpoints: empty entry".into());
-    }
+    c.target.validate()?;
     if c.clients == 0 {
         return Err("--clients must be at least 1".into());
-    }
-    if c.connections == Some(0) {
-        return Err("--connections must be at least 1".into());
     }
     if c.total == 0 && c.duration.is_none() {
         return Err("--total 0 (no limit) needs --duration".into());
@@ -308,12 +346,17 @@ fn url_of(endpoint: &str) -> String {
     }
 }
 
-async fn connect(url: &str, timeout: Duration) -> Result<Channel, String> {
-    Endpoint::from_shared(url.to_string())
+/// A channel to `url`; `timeout` bounds each request (a stream that lives for the whole
+/// run, such as a watch, is opened on a channel without one).
+async fn connect(url: &str, timeout: Option<Duration>) -> Result<Channel, String> {
+    let mut endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| format!("{url}: not a valid endpoint: {e}"))?
         .connect_timeout(Duration::from_secs(5))
-        .timeout(timeout)
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    if let Some(timeout) = timeout {
+        endpoint = endpoint.timeout(timeout);
+    }
+    endpoint
         .connect()
         .await
         .map_err(|e| format!("connecting to {url}: {e}"))
@@ -325,7 +368,7 @@ async fn find_leader(endpoints: &[String], timeout: Duration) -> Result<String, 
     let mut problems = Vec::new();
     for url in endpoints {
         let status = async {
-            let channel = connect(url, timeout).await?;
+            let channel = connect(url, Some(timeout)).await?;
             MaintenanceClient::new(channel)
                 .status(StatusRequest {})
                 .await
@@ -488,13 +531,7 @@ impl Summary {
         let ok = latencies.len() as u64;
         let seconds = elapsed.as_secs_f64();
         let ms = |ns: u64| ns as f64 / 1e6;
-        let pct = |p: f64| -> f64 {
-            if latencies.is_empty() {
-                return 0.0;
-            }
-            let rank = (p * latencies.len() as f64).ceil() as usize;
-            ms(latencies[rank.clamp(1, latencies.len()) - 1])
-        };
+        let pct = |p: f64| ms(percentile(&latencies, p));
         let avg = if latencies.is_empty() {
             0.0
         } else {
@@ -505,7 +542,7 @@ impl Summary {
             label,
             clients: common.clients,
             connections,
-            leader_only: common.leader_only,
+            leader_only: common.target.leader_only,
             seconds,
             ok,
             errors,
@@ -585,6 +622,15 @@ impl Summary {
                 .map_or_else(|| "null".to_string(), |e| format!("\"{}\"", json_escape(e)))
         )
     }
+}
+
+/// The value at rank `ceil(p * n)` of `sorted` (nearest rank; 0 when empty).
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn json_escape(s: &str) -> String {
