@@ -501,14 +501,19 @@ impl StreamTask {
         }
         self.progress_wanted = None;
         for _ in 0..count {
-            self.send(pb::WatchResponse {
-                header: self.node.header(revision),
-                watch_id: INVALID_WATCH_ID,
-                ..Default::default()
-            })
-            .await?;
+            self.send(self.progress(INVALID_WATCH_ID, revision)).await?;
         }
         Ok(())
+    }
+
+    /// A response without events telling `watch_id` (or, with -1, the stream) that every
+    /// event up to `revision` has been sent.
+    fn progress(&self, watch_id: i64, revision: i64) -> pb::WatchResponse {
+        pb::WatchResponse {
+            header: self.node.header(revision),
+            watch_id,
+            ..Default::default()
+        }
     }
 
     /// The periodic progress of `progress_notify` watchers: only a watcher that is
@@ -523,12 +528,7 @@ impl StreamTask {
             w.sent_since_tick = false;
         }
         for id in due {
-            self.send(pb::WatchResponse {
-                header: self.node.header(revision),
-                watch_id: id,
-                ..Default::default()
-            })
-            .await?;
+            self.send(self.progress(id, revision)).await?;
         }
         Ok(())
     }
