@@ -77,10 +77,18 @@ pub struct Tuning {
     /// revisions to keep, checked every 5 minutes.
     #[arg(long, default_value = "0")]
     pub auto_compaction_retention: String,
+    /// How often a watcher that asked for progress notifications (and got no events
+    /// meanwhile) is told the current revision, e.g. 10m, 30s (etcd's flag and default).
+    #[arg(long, default_value = "10m", value_parser = crate::cli::parse_duration)]
+    pub experimental_watch_progress_notify_interval: Duration,
 }
 
 impl Tuning {
     pub fn apply(&self, config: &mut NodeConfig) -> Result<(), String> {
+        if self.experimental_watch_progress_notify_interval.is_zero() {
+            return Err("--experimental-watch-progress-notify-interval must be above 0".into());
+        }
+        config.watch_progress_notify_interval = self.experimental_watch_progress_notify_interval;
         config.auto_compaction = oncekv_server::compactor::AutoCompaction::from_flags(
             &self.auto_compaction_mode,
             &self.auto_compaction_retention,
