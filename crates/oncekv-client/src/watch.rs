@@ -88,14 +88,18 @@ impl Client {
             created: Some(created_tx),
         };
         let task = tokio::spawn(task.run());
-        let watcher = Watcher {
+        let mut watcher = Watcher {
             responses,
             control: control_tx,
             shared,
             task: Some(task),
+            start_revision: start_revision.max(0),
         };
         match created.await {
-            Ok(Ok(())) => Ok(watcher),
+            Ok(Ok(start)) => {
+                watcher.start_revision = start;
+                Ok(watcher)
+            }
             Ok(Err(e)) => Err(e),
             // The task ended without a word: it can only have panicked.
             Err(_) => Err(Error::Internal("the watch task ended unexpectedly".into())),
@@ -135,6 +139,8 @@ pub struct Watcher {
     control: mpsc::UnboundedSender<Control>,
     shared: Arc<Shared>,
     task: Option<JoinHandle<()>>,
+    /// See [`start_revision`](Watcher::start_revision).
+    start_revision: i64,
 }
 
 /// What the caller's [`Watcher`] and its task share.
@@ -178,6 +184,13 @@ impl Watcher {
             let wait = CANCEL_WAIT + Duration::from_millis(500);
             let _ = tokio::time::timeout(wait, task).await;
         }
+    }
+
+    /// The first revision this watch reports: its start revision, or, for a watch from now
+    /// on, the one after the revision the member created it at. (Unlike
+    /// [`next_revision`](Self::next_revision), it does not move as events are delivered.)
+    pub fn start_revision(&self) -> i64 {
+        self.start_revision
     }
 
     /// The first revision the watcher has not delivered: where it resumes after losing its
@@ -231,7 +244,8 @@ struct WatchTask {
     control: mpsc::UnboundedReceiver<Control>,
     /// Answers [`Client::watch`]: `Ok` once a member answered the create request (or the
     /// error if none did). `None` once sent.
-    created: Option<oneshot::Sender<Result<(), Error>>>,
+    /// Told the first revision the watch reports, once a member has created it.
+    created: Option<oneshot::Sender<Result<i64, Error>>>,
 }
 
 impl WatchTask {
@@ -415,7 +429,7 @@ impl WatchTask {
                 self.set_endpoint(Some(url.clone()));
                 match self.created.take() {
                     Some(created) => {
-                        let _ = created.send(Ok(()));
+                        let _ = created.send(Ok(self.cursor.start()));
                     }
                     None => {
                         self.shared.resumes.fetch_add(1, Ordering::Relaxed);

@@ -339,8 +339,9 @@ async fn a_watch_from_now_sees_the_next_change_and_cancel_ends_it() {
     cluster.wait_leader(LEADER_WAIT).await;
     let client = Client::connect(cluster.endpoints(), ClientConfig::default()).unwrap();
     let mut watcher = client.watch("k", WatchOptions::new()).await.unwrap();
-    let created_after = watcher.next_revision();
+    let created_after = watcher.start_revision();
     assert!(created_after > 0, "created at a known revision");
+    assert_eq!(watcher.next_revision(), created_after, "nothing delivered yet");
     let rev = client.put("k", "1").await.unwrap().header.revision;
     let r = tokio::time::timeout(EVENTS_WAIT, watcher.next())
         .await

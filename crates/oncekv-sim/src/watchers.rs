@@ -121,7 +121,7 @@ pub async fn run(plan: WatcherPlan) -> turmoil::Result {
             return Ok(());
         }
     };
-    let start = watcher.next_revision();
+    let start = watcher.start_revision();
     set(&|r| r.start = start);
     plan.trace.line(format!(
         "{name} watching {:?} from revision {start}",
