@@ -341,7 +341,11 @@ async fn a_watch_from_now_sees_the_next_change_and_cancel_ends_it() {
     let mut watcher = client.watch("k", WatchOptions::new()).await.unwrap();
     let created_after = watcher.start_revision();
     assert!(created_after > 0, "created at a known revision");
-    assert_eq!(watcher.next_revision(), created_after, "nothing delivered yet");
+    assert_eq!(
+        watcher.next_revision(),
+        created_after,
+        "nothing delivered yet"
+    );
     let rev = client.put("k", "1").await.unwrap().header.revision;
     let r = tokio::time::timeout(EVENTS_WAIT, watcher.next())
         .await
