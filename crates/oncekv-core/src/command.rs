@@ -127,6 +127,8 @@ pub enum Op {
     Compact {
         revision: i64,
     },
+    /// The write half of etcd's Lock and Campaign (see [`EnqueueRequest`]).
+    Enqueue(EnqueueRequest),
 }
 
 impl Op {
@@ -151,6 +153,55 @@ pub struct PutRequest {
     pub ignore_value: bool,
     /// Keep the current lease; `lease` must then be 0.
     pub ignore_lease: bool,
+}
+
+/// The write half of etcd's Lock and Campaign: join the waiters under `name` with the key
+/// [`queue_key`]`(name, lease)`, attached to `lease`. The waiters own `name` in
+/// create-revision order; the server's half waits until no key under `name/` was created
+/// before this one. A key of this lease already there is reused (it keeps its create revision,
+/// so re-locking with the same lease is not a new place in the queue), as etcd's
+/// `concurrency.Mutex` and `Election` do.
+///
+/// Lease 0 grants a lease of [`CONCURRENCY_TTL_SECS`] in the same command: etcd's server
+/// opens a session of its own for such a call, which is two writes; here it is one, so a
+/// retry through an oncekv session cannot leave a second lease and a second waiter behind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueueRequest {
+    pub name: Bytes,
+    pub lease: i64,
+    /// The key's value when it is created (Lock: empty; Campaign: the proposal).
+    pub value: Bytes,
+    /// Campaign: an existing key with another value gets `value` (etcd's Campaign proclaims
+    /// it). Lock: an existing key is left as it is.
+    pub proclaim: bool,
+}
+
+/// The TTL of a lease granted for a Lock or Campaign that named none: etcd's default
+/// session TTL.
+pub const CONCURRENCY_TTL_SECS: i64 = 60;
+
+/// The queue key of `lease` under `name`: `name/<lease in lower-case hex>`, the format
+/// etcd's `concurrency` package uses (Go's `%x`, so a negative id keeps its sign).
+pub fn queue_key(name: &[u8], lease: i64) -> Bytes {
+    let hex = if lease < 0 {
+        format!("-{:x}", lease.unsigned_abs())
+    } else {
+        format!("{lease:x}")
+    };
+    let mut key = Vec::with_capacity(name.len() + 1 + hex.len());
+    key.extend_from_slice(name);
+    key.push(b'/');
+    key.extend_from_slice(hex.as_bytes());
+    Bytes::from(key)
+}
+
+/// What [`Op::Enqueue`] did: the caller's key, its lease (granted here if the request named
+/// none) and its create revision, which orders the waiters and is the holder's fencing token.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    pub key: Bytes,
+    pub lease: i64,
+    pub create_revision: i64,
 }
 
 /// etcd's key range: `range_end` empty means the single `key`; `"\0"` means every key
@@ -327,6 +378,7 @@ pub enum OpResponse {
     LeaseRevoke,
     LeaseKeepAlive { id: i64, ttl: i64 },
     Compact,
+    Enqueue(Enqueued),
 }
 
 /// An op that was applied (or refused by the store's rules), with the store revision right

@@ -45,6 +45,7 @@ mod tag {
     pub(super) const TARGET_VALUE: u64 = 11;
     pub(super) const TARGET_LEASE: u64 = 12;
     pub(super) const COMPACT: u64 = 13;
+    pub(super) const ENQUEUE: u64 = 14;
 }
 
 /// 64 × 64 → 128-bit multiply, folded back to 64 bits: every input bit reaches every output
@@ -251,6 +252,13 @@ impl Digest {
             Op::Compact { revision } => {
                 self.word(tag::COMPACT);
                 self.int(*revision);
+            }
+            Op::Enqueue(e) => {
+                self.word(tag::ENQUEUE);
+                self.bytes(&e.name);
+                self.int(e.lease);
+                self.bytes(&e.value);
+                self.word(u64::from(e.proclaim));
             }
         }
     }

@@ -8,9 +8,10 @@
 use bytes::Bytes;
 
 use crate::command::{
-    Command, DeleteRangeRequest, DeleteRangeResponse, KeyRange, LogPayload, MAX_LEASE_TTL_SECS, Op,
-    OpError, OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp,
-    Response, ResponseOp, Settings, Tracked, TxnRequest, TxnResponse,
+    CONCURRENCY_TTL_SECS, Command, DeleteRangeRequest, DeleteRangeResponse, EnqueueRequest,
+    Enqueued, KeyRange, LogPayload, MAX_LEASE_TTL_SECS, Op, OpError, OpReply, OpResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response, ResponseOp,
+    Settings, Tracked, TxnRequest, TxnResponse, queue_key,
 };
 use crate::history::{EventBatch, ReadLimit};
 use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
@@ -540,6 +541,7 @@ impl Exec<'_> {
                 None => Err(OpError::LeaseNotFound),
             },
             Op::Compact { revision } => self.kv.compact(*revision).map(|()| OpResponse::Compact),
+            Op::Enqueue(e) => self.enqueue(index, e).map(OpResponse::Enqueue),
         };
         OpReply {
             revision: self.kv.revision(),
@@ -641,6 +643,49 @@ impl Exec<'_> {
             succeeded,
             responses,
         }
+    }
+
+    /// [`Op::Enqueue`]: refused whole (nothing granted, nothing written) or applied whole.
+    fn enqueue(&mut self, index: u64, e: &EnqueueRequest) -> Result<Enqueued, OpError> {
+        let lease = if e.lease == 0 {
+            match self.lease_grant(index, 0, CONCURRENCY_TTL_SECS)? {
+                OpResponse::LeaseGrant { id, .. } => id,
+                _ => return Err(OpError::LeaseNotFound),
+            }
+        } else if self.leases.contains(e.lease) {
+            e.lease
+        } else {
+            return Err(OpError::LeaseNotFound);
+        };
+        let key = queue_key(&e.name, lease);
+        let existing = self
+            .kv
+            .get(&key)
+            .map(|v| (v.create_revision, v.value == e.value));
+        let write = match existing {
+            None => true,
+            Some((_, same_value)) => e.proclaim && !same_value,
+        };
+        if write {
+            let put = PutRequest {
+                key: key.clone(),
+                value: e.value.clone(),
+                lease,
+                ..PutRequest::default()
+            };
+            let mut w = self.kv.begin();
+            self.put(&mut w, &put);
+            self.kv.commit(w);
+        }
+        let create_revision = match existing {
+            Some((rev, _)) => rev,
+            None => self.kv.revision(),
+        };
+        Ok(Enqueued {
+            key,
+            lease,
+            create_revision,
+        })
     }
 
     fn lease_grant(&mut self, index: u64, id: i64, ttl: i64) -> Result<OpResponse, OpError> {

@@ -1,7 +1,7 @@
 //! oncekv's wire, shared by client and server so that neither depends on the other.
 //!
 //! - [`etcdserverpb`] and [`mvccpb`]: the etcd v3 API oncekv serves, wire-compatible with
-//!   etcd v3.4; [`oncekv`]: oncekv's own `Session` service and the `Raft` peer service.
+//!   etcd v3.4, with etcd's concurrency services [`v3lockpb`] and [`v3electionpb`]; [`oncekv`]: oncekv's own `Session` service and the `Raft` peer service.
 //!   Client stubs always; server stubs with the `server` feature. All `bytes` fields are
 //!   [`bytes::Bytes`]. Server traits have default methods that answer `Unimplemented`,
 //!   so a server overrides only what it serves.
@@ -44,6 +44,28 @@ pub mod mvccpb {
 )]
 pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
+}
+
+/// etcd's Lock service (`v3lockpb` package).
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod v3lockpb {
+    tonic::include_proto!("v3lockpb");
+}
+
+/// etcd's Election service (`v3electionpb` package).
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod v3electionpb {
+    tonic::include_proto!("v3electionpb");
 }
 
 /// oncekv's own gRPC services: client sessions and raft peer traffic.
