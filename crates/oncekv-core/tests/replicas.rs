@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use oncekv_core::{
-    Command, CompareResult, CompareTarget, DeleteRangeRequest, KeyRange, LogPayload, Op,
-    OpResponse, PutRequest, RangeRequest, RequestOp, RequestTracker, Response, Secret,
-    SessionError, Settings, StateMachine, Tracked, TxnRequest,
+    Command, CompareResult, CompareTarget, DeleteRangeRequest, EnqueueRequest, KeyRange,
+    LogPayload, Op, OpResponse, PutRequest, RangeRequest, RequestOp, RequestTracker, Response,
+    Secret, SessionError, Settings, StateMachine, Tracked, TxnRequest,
 };
 use proptest::prelude::*;
 
@@ -66,6 +66,14 @@ enum OpSpec {
     /// the future, which the runs reach too).
     Compact {
         revision: i64,
+    },
+    /// Lock (`proclaim` false) or Campaign on `k8` or `k9` with lease `lease` (0: a lease
+    /// granted by the op itself), value `v{value}`.
+    Enqueue {
+        name: u8,
+        lease: u8,
+        value: u8,
+        proclaim: bool,
     },
 }
 
@@ -130,7 +138,9 @@ fn op_spec() -> impl Strategy<Value = OpSpec> {
         2 => (0..=LEASE_IDS, 1i64..=4).prop_map(|(id, ttl)| OpSpec::Grant { id, ttl }),
         1 => (1..=LEASE_IDS).prop_map(|id| OpSpec::Revoke { id }),
         1 => (1..=LEASE_IDS).prop_map(|id| OpSpec::KeepAlive { id }),
-        1 => (1i64..120).prop_map(|revision| OpSpec::Compact { revision }),
+        2 => (1i64..60).prop_map(|revision| OpSpec::Compact { revision }),
+        1 => (8u8..=9, 0..=LEASE_IDS, 0u8..2, any::<bool>())
+            .prop_map(|(name, lease, value, proclaim)| OpSpec::Enqueue { name, lease, value, proclaim }),
     ]
 }
 
@@ -224,6 +234,19 @@ fn build(spec: &OpSpec) -> Result<RequestOp, Op> {
         OpSpec::Revoke { id } => return Err(Op::LeaseRevoke { id: i64::from(id) }),
         OpSpec::KeepAlive { id } => return Err(Op::LeaseKeepAlive { id: i64::from(id) }),
         OpSpec::Compact { revision } => return Err(Op::Compact { revision }),
+        OpSpec::Enqueue {
+            name,
+            lease,
+            value,
+            proclaim,
+        } => {
+            return Err(Op::Enqueue(EnqueueRequest {
+                name: key(name),
+                lease: i64::from(lease),
+                value: Bytes::from(format!("v{value}")),
+                proclaim,
+            }));
+        }
     })
 }
 
@@ -375,6 +398,7 @@ impl Model {
                 Ok(OpResponse::LeaseGrant { .. }) => "lease grant ok",
                 Err(oncekv_core::OpError::LeaseAlreadyExists) => "lease already exists",
                 Ok(OpResponse::Compact) => "compacted",
+                Ok(OpResponse::Enqueue(_)) => "enqueued",
                 Err(oncekv_core::OpError::Compacted | oncekv_core::OpError::FutureRevision) => {
                     "compaction refused"
                 }
@@ -777,6 +801,7 @@ fn random_streams_reach_every_rule() {
         "lease already exists",
         "compacted",
         "compaction refused",
+        "enqueued",
     ] {
         assert!(
             outcomes.get(rule).is_some_and(|n| *n >= 10),
