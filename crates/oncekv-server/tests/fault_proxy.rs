@@ -155,6 +155,29 @@ async fn drop_probability_one_delivers_the_request_but_never_the_reply() {
     assert_eq!(proxy.stats().replies_dropped, 1);
 }
 
+// Every other reply dropped: the first connection's reply arrives, the second's does not
+// (its request still reached the server), the third's arrives again.
+#[tokio::test]
+async fn drop_every_two_drops_every_other_reply() {
+    let mut upstream = echo_upstream().await;
+    let proxy = FaultProxy::start(any_port(), upstream.addr).await.unwrap();
+    proxy.set_drop_every(2);
+
+    let mut answered = Vec::new();
+    for i in 0..3 {
+        let mut socket = TcpStream::connect(proxy.addr()).await.unwrap();
+        let msg = format!("put k {i}");
+        socket.write_all(msg.as_bytes()).await.unwrap();
+        let got = tokio::time::timeout(WAIT, upstream.received.recv())
+            .await
+            .unwrap();
+        assert_eq!(got.as_deref(), Some(msg.as_bytes()), "the request arrived");
+        answered.push(!closed_by_peer(&mut socket).await);
+    }
+    assert_eq!(answered, [true, false, true]);
+    assert_eq!(proxy.stats().replies_dropped, 1);
+}
+
 // Drop decisions come from the seed, so a failing run can be replayed exactly.
 #[tokio::test]
 async fn drop_decisions_are_reproducible_for_a_seed() {

@@ -24,6 +24,9 @@
 //!   has returned, so the dropped reply is for work done. For any other protocol, any
 //!   client byte is a request and any server byte a reply.
 //!
+//!   [`FaultProxy::set_drop_every`] drops every `n`th reply the same way instead of at
+//!   random (`n = 2`: every other one), counted over all connections.
+//!
 //! - **Swallowed replies** ([`FaultProxy::set_swallow_every`]): every `n`th reply (counted
 //!   over all connections, with the same request→reply turns as lost replies) is
 //!   discarded, and so is everything the server sends on that connection afterwards,
@@ -140,6 +143,8 @@ impl Delay {
 pub struct Faults {
     /// Probability in `[0, 1]` that a reply is dropped.
     pub drop_replies: f64,
+    /// Drop every this-many-th reply (0: none).
+    pub drop_every: u64,
     /// Swallow every this-many-th reply (0: none).
     pub swallow_every: u64,
     pub delay: Delay,
@@ -173,6 +178,8 @@ struct Counters {
     replies_swallowed: AtomicU64,
     /// Replies seen while swallowing was on (which of them to swallow).
     swallow_turns: AtomicU64,
+    /// Replies seen while dropping every `n`th was on.
+    drop_turns: AtomicU64,
     resets: AtomicU64,
 }
 
@@ -258,6 +265,14 @@ impl FaultProxy {
     pub fn set_drop_replies(&self, p: f64) {
         let p = if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) };
         self.shared.faults.send_modify(|f| f.drop_replies = p);
+    }
+
+    /// Drops every `n`th reply from now on (`n = 2`: every other one), closing its
+    /// connection with a reset as [`set_drop_replies`](Self::set_drop_replies) does; 0
+    /// switches it off.
+    pub fn set_drop_every(&self, n: u64) {
+        self.shared.counters.drop_turns.store(0, Ordering::Relaxed);
+        self.shared.faults.send_modify(|f| f.drop_every = n);
     }
 
     /// Swallows every `n`th reply from now on (`n = 2`: every other one); 0 switches it
@@ -524,18 +539,18 @@ impl Pump<'_> {
                 Direction::ToClient => {
                     let reply = starts_message || !self.turn.http2.load(Ordering::SeqCst);
                     if reply && self.turn.awaiting_reply.swap(false, Ordering::SeqCst) {
-                        let (p, every) = {
+                        let (p, drop_every, every) = {
                             let f = faults.borrow();
-                            (f.drop_replies, f.swallow_every)
+                            (f.drop_replies, f.drop_every, f.swallow_every)
                         };
-                        if p > 0.0 && rng.gen_bool(p) {
+                        let nth = |turns: &AtomicU64, n: u64| {
+                            n > 0 && (turns.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(n)
+                        };
+                        if (p > 0.0 && rng.gen_bool(p)) || nth(&counters.drop_turns, drop_every) {
                             counters.replies_dropped.fetch_add(1, Ordering::Relaxed);
                             return Err(End::ReplyDropped);
                         }
-                        if every > 0
-                            && (counters.swallow_turns.fetch_add(1, Ordering::Relaxed) + 1)
-                                .is_multiple_of(every)
-                        {
+                        if nth(&counters.swallow_turns, every) {
                             counters.replies_swallowed.fetch_add(1, Ordering::Relaxed);
                             silenced = true;
                             continue;
