@@ -278,18 +278,18 @@ fn etcdctl_at(endpoint: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// A long-running `etcdctl watch`, whose stdout lines arrive on a channel; killed on drop.
-struct EtcdctlWatch {
+/// A long-running etcdctl (`watch`, `lock`, `elect`), whose stdout lines arrive on a
+/// channel; killed on drop.
+struct LongEtcdctl {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
-impl EtcdctlWatch {
-    fn spawn(endpoint: &str, args: &[&str]) -> EtcdctlWatch {
+impl LongEtcdctl {
+    fn spawn(endpoint: &str, args: &[&str]) -> LongEtcdctl {
         let mut child = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={endpoint}"))
-            .arg("watch")
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -306,7 +306,7 @@ impl EtcdctlWatch {
                 }
             }
         });
-        EtcdctlWatch { child, lines }
+        LongEtcdctl { child, lines }
     }
 
     /// The next `n` lines it prints.
@@ -315,13 +315,39 @@ impl EtcdctlWatch {
             .map(|i| {
                 self.lines
                     .recv_timeout(Duration::from_secs(10))
-                    .unwrap_or_else(|e| panic!("etcdctl watch printed {i} of {n} lines: {e}"))
+                    .unwrap_or_else(|e| panic!("etcdctl printed {i} of {n} lines: {e}"))
             })
             .collect()
     }
+
+    /// True if it prints nothing for `quiet` (a negative that can only pass wrongly, never
+    /// fail wrongly, on a slow machine).
+    fn silent_for(&self, quiet: Duration) -> bool {
+        self.lines.recv_timeout(quiet).is_err()
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args([signal, &pid]).status().unwrap();
+    }
+
+    /// Waits for it to exit; its success.
+    fn wait(mut self) -> bool {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "etcdctl did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
-impl Drop for EtcdctlWatch {
+impl Drop for LongEtcdctl {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -377,9 +403,9 @@ fn etcdctl_watch_get_rev_and_compaction_behave_as_with_etcd() {
     let now = json(&c.etcdctl(&["get", "w/", "-w", "json"]))["header"]["revision"]
         .as_i64()
         .unwrap();
-    let live = EtcdctlWatch::spawn(
+    let live = LongEtcdctl::spawn(
         &follower,
-        &["w/", "--prefix", &format!("--rev={}", now + 1)],
+        &["watch", "w/", "--prefix", &format!("--rev={}", now + 1)],
     );
     put_at(&others[0], "w/live", "x");
     put_at(&others[1], "w/live", "y");
@@ -392,9 +418,15 @@ fn etcdctl_watch_get_rev_and_compaction_behave_as_with_etcd() {
 
     // Replay from an old revision with previous values, in etcdctl's format: the event
     // type, the previous key-value if any, then the key-value.
-    let replay = EtcdctlWatch::spawn(
+    let replay = LongEtcdctl::spawn(
         &follower,
-        &["w/", "--prefix", "--prev-kv", &format!("--rev={r1}")],
+        &[
+            "watch",
+            "w/",
+            "--prefix",
+            "--prev-kv",
+            &format!("--rev={r1}"),
+        ],
     );
     let want = [
         "PUT", "w/a", "1", //
@@ -444,5 +476,129 @@ fn etcdctl_watch_get_rev_and_compaction_behave_as_with_etcd() {
         err,
         "watch was canceled (etcdserver: mvcc: required revision has been compacted)\n\
          Error: watch is canceled by the server\n"
+    );
+}
+
+// etcd's concurrency recipes through etcd's own CLI (clientv3/concurrency over KV, Lease and
+// Watch): `etcdctl lock` holders never overlap, a waiter gets the lock when the holder's
+// lease expires, and `etcdctl elect` hands leadership over only when the leader resigns or
+// loses its lease.
+#[test]
+fn etcdctl_lock_and_elect_exclude_and_hand_over() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let c = DevCluster::start(dir.path());
+    let log = dir.path().join("critical.log");
+
+    // Three lockers at once, each through another member, each logging its critical
+    // section: the log must read begin/end pairs of one key at a time.
+    let section = format!(
+        "echo \"begin $ETCD_LOCK_KEY\" >> {0}; sleep 0.3; echo \"end $ETCD_LOCK_KEY\" >> {0}",
+        log.display()
+    );
+    let lockers: Vec<Child> = c
+        .endpoints
+        .iter()
+        .map(|e| {
+            Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={e}"))
+                .args(["lock", "--ttl=5", "jobs", "--", "sh", "-c", &section])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("etcdctl is not installed: run .ci/install-deps")
+        })
+        .collect();
+    for l in lockers {
+        let out = l.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "etcdctl lock failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    let mut keys = std::collections::BTreeSet::new();
+    for pair in lines.chunks(2) {
+        let key = pair[0]
+            .strip_prefix("begin ")
+            .unwrap_or_else(|| panic!("{lines:?}"));
+        assert!(key.starts_with("jobs/"), "{lines:?}");
+        assert_eq!(pair[1], format!("end {key}"), "sections overlap: {lines:?}");
+        keys.insert(key.to_string());
+    }
+    assert_eq!(keys.len(), 3, "each locker its own key: {lines:?}");
+
+    // A holder killed without unlocking: the waiter gets the lock once the holder's
+    // 3-second lease expires, not before.
+    let holder = LongEtcdctl::spawn(&c.endpoints[0], &["lock", "--ttl=3", "held"]);
+    let held_key = holder.lines(1).remove(0);
+    assert!(held_key.starts_with("held/"), "{held_key}");
+    let waiter = LongEtcdctl::spawn(&c.endpoints[1], &["lock", "--ttl=3", "held"]);
+    assert!(
+        waiter.silent_for(Duration::from_secs(1)),
+        "the waiter got a held lock"
+    );
+    holder.signal("-KILL");
+    let waiter_key = waiter.lines(1).remove(0);
+    assert!(
+        waiter_key.starts_with("held/") && waiter_key != held_key,
+        "{waiter_key}"
+    );
+    waiter.signal("-INT");
+    assert!(waiter.wait(), "etcdctl lock exits 0 after ctrl-c");
+    assert_eq!(
+        c.etcdctl(&["get", "held/", "--prefix", "--keys-only"])
+            .trim(),
+        ""
+    );
+
+    // Elections: the second campaigner waits while the first leads; an observer sees the
+    // leader's proposal; ctrl-c makes the first resign and the second lead.
+    let first = LongEtcdctl::spawn(&c.endpoints[0], &["elect", "pick", "p1"]);
+    let first_lines = first.lines(2);
+    assert!(first_lines[0].starts_with("pick/"), "{first_lines:?}");
+    assert_eq!(first_lines[1], "p1");
+    let second = LongEtcdctl::spawn(&c.endpoints[1], &["elect", "pick", "p2"]);
+    let observer = LongEtcdctl::spawn(&c.endpoints[2], &["elect", "-l", "pick"]);
+    assert_eq!(observer.lines(2), first_lines);
+    assert!(
+        second.silent_for(Duration::from_secs(1)),
+        "two leaders at once"
+    );
+    first.signal("-INT");
+    assert!(
+        first.wait(),
+        "etcdctl elect exits 0 after ctrl-c (resigned)"
+    );
+    let second_lines = second.lines(2);
+    assert!(second_lines[0].starts_with("pick/"), "{second_lines:?}");
+    assert_eq!(second_lines[1], "p2");
+    assert_eq!(observer.lines(2), second_lines);
+
+    // The leader loses its lease (revoked, as when it expires): a third campaigner leads.
+    let third = LongEtcdctl::spawn(&c.endpoints[2], &["elect", "pick", "p3"]);
+    assert!(
+        third.silent_for(Duration::from_secs(1)),
+        "two leaders at once"
+    );
+    let lease = second_lines[0].trim_start_matches("pick/").to_string();
+    let id = i64::from_str_radix(&lease, 16).unwrap();
+    assert_eq!(
+        c.etcdctl(&["lease", "revoke", &lease]).trim(),
+        format!("lease {id:016x} revoked")
+    );
+    assert_eq!(third.lines(2)[1], "p3");
+    assert!(
+        !second.wait(),
+        "a leader whose lease is gone exits with an error"
     );
 }
