@@ -1,4 +1,5 @@
-//! The two gRPC servers of a node: clients (etcd API + Session) and peers (raft).
+//! The two gRPC servers of a node: clients (etcd API, Lock and Election + Session) and
+//! peers (raft).
 
 use std::sync::Arc;
 
@@ -10,7 +11,8 @@ use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
 use crate::etcd::{
-    ClusterService, KvService, LeaseService, MaintenanceService, SessionService, WatchService,
+    ClusterService, ElectionService, KvService, LeaseService, LockService, MaintenanceService,
+    SessionService, WatchService,
 };
 use crate::forwarder::Forwarded;
 use crate::network::MAX_PEER_MESSAGE_BYTES;
@@ -22,6 +24,8 @@ use crate::pb::etcdserverpb::watch_server::WatchServer;
 use crate::pb::oncekv::raft_server::{Raft as RaftRpc, RaftServer};
 use crate::pb::oncekv::session_server::SessionServer;
 use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
+use crate::pb::v3electionpb::election_server::ElectionServer;
+use crate::pb::v3lockpb::lock_server::LockServer;
 use crate::request_path::NodeCore;
 
 /// gRPC's own allowance on top of `--max-request-bytes`, as etcd has: a request between
@@ -86,6 +90,13 @@ where
         .add_service(MaintenanceServer::new(MaintenanceService {
             node: core.clone(),
         }))
+        .add_service(
+            LockServer::new(LockService { node: core.clone() }).max_decoding_message_size(limit),
+        )
+        .add_service(
+            ElectionServer::new(ElectionService { node: core.clone() })
+                .max_decoding_message_size(limit),
+        )
         .add_service(SessionServer::new(SessionService { node: core.clone() }))
         .serve_with_incoming_shutdown(incoming, stopped(stop))
         .await;

@@ -1,4 +1,5 @@
-//! The etcd v3 gRPC API (KV, Watch, Lease, Cluster, Maintenance) and oncekv's Session service.
+//! The etcd v3 gRPC API (KV, Watch, Lease, Cluster, Maintenance, and the concurrency
+//! services Lock and Election) and oncekv's Session service.
 //!
 //! Handlers translate requests to core ops, propose or read through
 //! [`NodeCore`](crate::request_path::NodeCore), and map
@@ -7,14 +8,19 @@
 
 mod cluster;
 pub mod convert;
+mod election;
 mod kv;
 mod lease;
+mod lock;
+mod queue;
 mod session;
 mod watch;
 
 pub use cluster::{ClusterService, MaintenanceService};
+pub use election::ElectionService;
 pub use kv::KvService;
 pub use lease::LeaseService;
+pub use lock::LockService;
 pub use oncekv_proto::SessionMeta;
 pub use session::SessionService;
 pub use watch::WatchService;

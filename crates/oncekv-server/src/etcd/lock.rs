@@ -1,0 +1,102 @@
+//! etcd's Lock service (`v3lockpb.Lock`): a lock is the queue of keys under `name/`
+//! (see [`super::queue`]); the holder is the key with the smallest create revision, and
+//! that revision is the holder's fencing token.
+//!
+//! Lock is one write and a wait: [`Op::Enqueue`] puts the caller's key `name/<lease hex>`
+//! (a lease the call names, or one granted in the same command), then the call waits for
+//! its turn. Through an oncekv session the write is tracked, so a Lock retried after a lost
+//! reply gets the saved key and waits for that, never queueing a second key; untracked (an
+//! etcd client) it behaves as etcd's does, including the second waiter a retry with lease 0
+//! leaves. Unlock is a plain delete of the key, as in etcd.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use oncekv_core::{DeleteRangeRequest, EnqueueRequest, KeyRange, Op, OpResponse};
+use oncekv_proto::SessionMeta;
+use tonic::{Request, Response, Status};
+
+use super::queue::{self, LeaveOnDrop};
+use crate::error::ApiError;
+use crate::pb::v3lockpb as pb;
+use crate::pb::v3lockpb::lock_server::Lock;
+use crate::request_path::NodeCore;
+
+#[derive(Debug, Clone)]
+pub struct LockService {
+    pub node: Arc<NodeCore>,
+}
+
+fn delete_key(key: Bytes) -> Op {
+    Op::DeleteRange(DeleteRangeRequest {
+        range: KeyRange::single(key),
+        prev_kv: false,
+    })
+}
+
+#[tonic::async_trait]
+impl Lock for LockService {
+    async fn lock(
+        &self,
+        request: Request<pb::LockRequest>,
+    ) -> Result<Response<pb::LockResponse>, Status> {
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let r = request.into_inner();
+        self.node.check_size(&r)?;
+        let tracked = meta.is_some();
+        let op = Op::Enqueue(EnqueueRequest {
+            name: r.name.clone(),
+            lease: r.lease,
+            value: Bytes::new(),
+            proclaim: false,
+        });
+        let reply = self.node.execute(op, meta).await?;
+        let queued = match reply.result.map_err(ApiError::from)? {
+            OpResponse::Enqueue(e) => e,
+            other => return Err(ApiError::Internal(format!("{other:?}")).into()),
+        };
+        let leave = LeaveOnDrop::new(
+            self.node.clone(),
+            (!tracked).then(|| delete_key(queued.key.clone())),
+        );
+        let owned_at = queue::wait_for_turn(
+            &self.node,
+            &r.name,
+            &queued.key,
+            queued.create_revision,
+            reply.revision,
+        )
+        .await;
+        match owned_at {
+            Ok(revision) => {
+                leave.disarm();
+                Ok(Response::new(pb::LockResponse {
+                    header: self.node.header(revision),
+                    key: queued.key,
+                }))
+            }
+            Err(status) => {
+                if status.message() == queue::SESSION_EXPIRED {
+                    leave.disarm();
+                }
+                Err(status)
+            }
+        }
+    }
+
+    async fn unlock(
+        &self,
+        request: Request<pb::UnlockRequest>,
+    ) -> Result<Response<pb::UnlockResponse>, Status> {
+        let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let r = request.into_inner();
+        self.node.check_size(&r)?;
+        let reply = self.node.execute(delete_key(r.key), meta).await?;
+        match reply.result.map_err(ApiError::from)? {
+            OpResponse::DeleteRange(_) => Ok(Response::new(pb::UnlockResponse {
+                header: self.node.header(reply.revision),
+            })),
+            other => Err(ApiError::Internal(format!("{other:?}")).into()),
+        }
+    }
+}
