@@ -23,7 +23,7 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use super::queue::{self, LeaveOnDrop};
+use super::queue;
 use crate::error::ApiError;
 use crate::pb::v3electionpb as pb;
 use crate::pb::v3electionpb::election_server::Election;
@@ -95,50 +95,25 @@ impl Election for ElectionService {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        let tracked = meta.is_some();
-        let op = Op::Enqueue(EnqueueRequest {
+        let req = EnqueueRequest {
             name: r.name.clone(),
             lease: r.lease,
-            value: r.value.clone(),
+            value: r.value,
             proclaim: true,
-        });
-        let reply = self.node.execute(op, meta).await?;
-        let queued = match reply.result.map_err(ApiError::from)? {
-            OpResponse::Enqueue(e) => e,
-            other => return Err(ApiError::Internal(format!("{other:?}")).into()),
         };
-        let leave = LeaveOnDrop::new(
-            self.node.clone(),
-            (!tracked).then(|| resign_op(&queued.key, queued.create_revision)),
-        );
-        let owned_at = queue::wait_for_turn(
-            &self.node,
-            &r.name,
-            &queued.key,
-            queued.create_revision,
-            reply.revision,
-        )
-        .await;
-        match owned_at {
-            Ok(revision) => {
-                leave.disarm();
-                Ok(Response::new(pb::CampaignResponse {
-                    header: self.node.header(revision),
-                    leader: Some(pb::LeaderKey {
-                        name: r.name,
-                        key: queued.key,
-                        rev: queued.create_revision,
-                        lease: queued.lease,
-                    }),
-                }))
-            }
-            Err(status) => {
-                if status.message() == queue::SESSION_EXPIRED {
-                    leave.disarm();
-                }
-                Err(status)
-            }
-        }
+        let (queued, revision) = queue::enqueue_and_wait(&self.node, req, meta, |q| {
+            resign_op(&q.key, q.create_revision)
+        })
+        .await?;
+        Ok(Response::new(pb::CampaignResponse {
+            header: self.node.header(revision),
+            leader: Some(pb::LeaderKey {
+                name: r.name,
+                key: queued.key,
+                rev: queued.create_revision,
+                lease: queued.lease,
+            }),
+        }))
     }
 
     async fn proclaim(

@@ -16,7 +16,7 @@ use oncekv_core::{DeleteRangeRequest, EnqueueRequest, KeyRange, Op, OpResponse};
 use oncekv_proto::SessionMeta;
 use tonic::{Request, Response, Status};
 
-use super::queue::{self, LeaveOnDrop};
+use super::queue;
 use crate::error::ApiError;
 use crate::pb::v3lockpb as pb;
 use crate::pb::v3lockpb::lock_server::Lock;
@@ -43,45 +43,18 @@ impl Lock for LockService {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        let tracked = meta.is_some();
-        let op = Op::Enqueue(EnqueueRequest {
-            name: r.name.clone(),
+        let req = EnqueueRequest {
+            name: r.name,
             lease: r.lease,
             value: Bytes::new(),
             proclaim: false,
-        });
-        let reply = self.node.execute(op, meta).await?;
-        let queued = match reply.result.map_err(ApiError::from)? {
-            OpResponse::Enqueue(e) => e,
-            other => return Err(ApiError::Internal(format!("{other:?}")).into()),
         };
-        let leave = LeaveOnDrop::new(
-            self.node.clone(),
-            (!tracked).then(|| delete_key(queued.key.clone())),
-        );
-        let owned_at = queue::wait_for_turn(
-            &self.node,
-            &r.name,
-            &queued.key,
-            queued.create_revision,
-            reply.revision,
-        )
-        .await;
-        match owned_at {
-            Ok(revision) => {
-                leave.disarm();
-                Ok(Response::new(pb::LockResponse {
-                    header: self.node.header(revision),
-                    key: queued.key,
-                }))
-            }
-            Err(status) => {
-                if status.message() == queue::SESSION_EXPIRED {
-                    leave.disarm();
-                }
-                Err(status)
-            }
-        }
+        let (queued, revision) =
+            queue::enqueue_and_wait(&self.node, req, meta, |q| delete_key(q.key.clone())).await?;
+        Ok(Response::new(pb::LockResponse {
+            header: self.node.header(revision),
+            key: queued.key,
+        }))
     }
 
     async fn unlock(

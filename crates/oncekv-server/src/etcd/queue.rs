@@ -10,9 +10,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use oncekv_core::{KeyRange, Op, RangeRequest, SortOrder, SortTarget};
+use oncekv_core::{
+    EnqueueRequest, Enqueued, KeyRange, Op, OpResponse, RangeRequest, SortOrder, SortTarget,
+};
+use oncekv_proto::SessionMeta;
 use tonic::Status;
 
+use crate::error::ApiError;
 use crate::request_path::NodeCore;
 
 /// etcd's `concurrency.ErrSessionExpired`: the waiter's key went (its lease expired or was
@@ -100,6 +104,43 @@ pub async fn wait_for_turn(
     }
 }
 
+/// Lock's and Campaign's common path: enqueue (tracked under `meta` if there is one), wait
+/// for the turn, and answer the key with the revision at which it owns the queue. An
+/// untracked call abandoned while it waits runs `leave(key)` (see [`LeaveOnDrop`]).
+pub async fn enqueue_and_wait(
+    node: &Arc<NodeCore>,
+    req: EnqueueRequest,
+    meta: Option<SessionMeta>,
+    leave: impl FnOnce(&Enqueued) -> Op,
+) -> Result<(Enqueued, i64), Status> {
+    let tracked = meta.is_some();
+    let name = req.name.clone();
+    let reply = node.execute(Op::Enqueue(req), meta).await?;
+    let queued = match reply.result.map_err(ApiError::from)? {
+        OpResponse::Enqueue(e) => e,
+        other => return Err(ApiError::Internal(format!("{other:?}")).into()),
+    };
+    let guard = LeaveOnDrop::new(node.clone(), (!tracked).then(|| leave(&queued)));
+    let owned_at = wait_for_turn(
+        node,
+        &name,
+        &queued.key,
+        queued.create_revision,
+        reply.revision,
+    )
+    .await;
+    // Answered, or the key is gone anyway: nothing to leave. Other failures (the server
+    // stopping) still try to leave, as etcd does after a failed wait.
+    if owned_at.is_ok()
+        || owned_at
+            .as_ref()
+            .is_err_and(|s| s.message() == SESSION_EXPIRED)
+    {
+        guard.disarm();
+    }
+    Ok((queued, owned_at?))
+}
+
 /// Runs `op` untracked when dropped armed: how a Lock or Campaign leaves the queue when
 /// its caller goes away while waiting, as etcd's server does for its clients.
 ///
@@ -108,18 +149,18 @@ pub async fn wait_for_turn(
 /// waits again for the same key; deleting the key here could race that retry and leave the
 /// retry believing it owns a key that is gone. The oncekv client cleans up itself, by
 /// revoking the lease it locked with.
-pub struct LeaveOnDrop {
+struct LeaveOnDrop {
     node: Arc<NodeCore>,
     op: Option<Op>,
 }
 
 impl LeaveOnDrop {
-    pub fn new(node: Arc<NodeCore>, op: Option<Op>) -> LeaveOnDrop {
+    fn new(node: Arc<NodeCore>, op: Option<Op>) -> LeaveOnDrop {
         LeaveOnDrop { node, op }
     }
 
     /// The call ended with an answer: nothing to undo.
-    pub fn disarm(mut self) {
+    fn disarm(mut self) {
         self.op = None;
     }
 }
