@@ -272,3 +272,125 @@ async fn elections_hand_over_on_resign_and_observers_follow() {
     let err = c.leader("e").await.unwrap_err();
     assert!(err.to_string().contains("election: no leader"), "{err}");
 }
+
+/// A request carrying oncekv session metadata (what the oncekv client sends), for `seq`.
+fn tracked<T>(session: &(u64, String), seq: u64, message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    let md = req.metadata_mut();
+    md.insert("oncekv-client-id", session.0.to_string().parse().unwrap());
+    md.insert("oncekv-session-secret", session.1.parse().unwrap());
+    md.insert("oncekv-seq", seq.to_string().parse().unwrap());
+    md.insert("oncekv-first-incomplete", "1".parse().unwrap());
+    req
+}
+
+async fn register(endpoint: &str) -> (u64, String) {
+    use oncekv_server::pb::oncekv::RegisterRequest;
+    use oncekv_server::pb::oncekv::session_client::SessionClient;
+    let mut s = SessionClient::connect(endpoint.to_string()).await.unwrap();
+    let r = s
+        .register(RegisterRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let secret = r.secret.iter().map(|b| format!("{b:02x}")).collect();
+    (r.client_id, secret)
+}
+
+// Through a session, Lock and Campaign are tracked commands: the same seq sent twice (a
+// retry after a lost reply) answers the same key and queues nothing more, even with lease 0
+// (where an untracked retry would get a second lease and key). A tracked Lock abandoned
+// while waiting keeps its key, so that its retry still finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracked_lock_and_campaign_retries_queue_once() {
+    use oncekv_server::pb::v3electionpb::CampaignRequest;
+    use oncekv_server::pb::v3electionpb::election_client::ElectionClient;
+    use oncekv_server::pb::v3lockpb::LockRequest;
+    use oncekv_server::pb::v3lockpb::lock_client::LockClient;
+
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = cluster().await;
+    let eps = cluster.endpoints();
+    let session = register(&eps[0]).await;
+    let mut lock = LockClient::connect(eps[1].clone()).await.unwrap();
+    let mut election = ElectionClient::connect(eps[2].clone()).await.unwrap();
+    let mut c = Client::connect(cluster.endpoints(), None).await.unwrap();
+
+    let req = || LockRequest {
+        name: "x".into(),
+        lease: 0,
+    };
+    let first = lock.lock(tracked(&session, 1, req())).await.unwrap();
+    let retry = lock.lock(tracked(&session, 1, req())).await.unwrap();
+    assert_eq!(first.get_ref().key, retry.get_ref().key);
+    assert_eq!(keys_under(&mut c, "x/").await.len(), 1);
+    assert_eq!(c.leases().await.unwrap().leases().len(), 1);
+
+    let campaign = || CampaignRequest {
+        name: "e".into(),
+        lease: 0,
+        value: "v".into(),
+    };
+    let first = election
+        .campaign(tracked(&session, 2, campaign()))
+        .await
+        .unwrap();
+    let retry = election
+        .campaign(tracked(&session, 2, campaign()))
+        .await
+        .unwrap();
+    assert_eq!(first.get_ref().leader, retry.get_ref().leader);
+    assert_eq!(keys_under(&mut c, "e/").await.len(), 1);
+    assert_eq!(c.leases().await.unwrap().leases().len(), 2);
+
+    // Untracked, the same lease-0 Lock twice is two leases and two waiters (etcd's
+    // behaviour, which the session above avoids).
+    let holder = c.lock("u", None).await.unwrap();
+    let mut u = c.clone();
+    let second = tokio::time::timeout(Duration::from_millis(300), u.lock("u", None)).await;
+    assert!(second.is_err(), "u is held");
+    eventually("the abandoned untracked waiter leaves", || {
+        let mut c = c.clone();
+        async move { keys_under(&mut c, "u/").await.len() == 1 }
+    })
+    .await;
+    assert_eq!(
+        keys_under(&mut c, "u/").await,
+        [String::from_utf8(holder.key().to_vec()).unwrap()]
+    );
+
+    // Tracked and abandoned: the key stays for the retry, which gets the lock once the
+    // holder lets go.
+    let held = c.lock("y", None).await.unwrap();
+    let y = || LockRequest {
+        name: "y".into(),
+        lease: 0,
+    };
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        lock.lock(tracked(&session, 3, y())),
+    )
+    .await;
+    assert!(abandoned.is_err(), "y is held");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        keys_under(&mut c, "y/").await.len(),
+        2,
+        "the tracked waiter kept its key"
+    );
+    let retry = {
+        let mut lock = lock.clone();
+        let session = session.clone();
+        tokio::spawn(async move { lock.lock(tracked(&session, 3, y())).await })
+    };
+    c.unlock(held.key()).await.unwrap();
+    let got = tokio::time::timeout(WAIT, retry)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        keys_under(&mut c, "y/").await,
+        [String::from_utf8(got.get_ref().key.to_vec()).unwrap()]
+    );
+}
