@@ -69,6 +69,17 @@ pub struct ClientStats {
 pub(crate) enum Kind {
     Read,
     Write,
+    /// A write whose answer may legitimately take unbounded time (Lock, Campaign: they
+    /// answer once the caller's turn comes). Tracked like a write, but an attempt has no
+    /// deadline (a dead connection is still found by HTTP/2 keep-alive pings), it is never
+    /// hedged, and time spent waiting does not count against the retry budget.
+    Wait,
+}
+
+impl Kind {
+    fn writes(self) -> bool {
+        matches!(self, Kind::Write | Kind::Wait)
+    }
 }
 
 impl Client {
@@ -177,7 +188,7 @@ impl Client {
 
     /// A tracked call's seq (a new session if needed); `None` for untracked calls.
     async fn begin(&self, kind: Kind) -> Result<Option<InFlight>, Error> {
-        if kind == Kind::Write && self.inner.config.exactly_once {
+        if kind.writes() && self.inner.config.exactly_once {
             Ok(Some(self.session().await?.begin().await))
         } else {
             Ok(None)
@@ -217,15 +228,18 @@ impl Client {
             if budget.attempts() > 1 {
                 counters.retries.fetch_add(1, Ordering::Relaxed);
             }
+            let wait = kind == Kind::Wait;
             let request = |timeout: Duration| {
                 let mut request = Request::new(req.clone());
-                request.set_timeout(timeout);
+                if !wait {
+                    request.set_timeout(timeout);
+                }
                 if let Some(t) = &tracked {
                     t.session.attach(&mut request, t.seq);
                 }
                 request
             };
-            let hedge_after = self.hedge_after(tracked.is_some(), budget.attempts());
+            let hedge_after = self.hedge_after(tracked.is_some() && !wait, budget.attempts());
             let (generation, channel) = transport.channel_with_generation(i);
             let started = Instant::now();
             // Set once a hedge left: a copy may then have run even if the first attempt
@@ -262,7 +276,18 @@ impl Client {
                     },
                 }
             };
-            let failure = match tokio::time::timeout(timeout, attempt).await {
+            let outcome = if wait {
+                Ok(attempt.await)
+            } else {
+                tokio::time::timeout(timeout, attempt).await
+            };
+            if wait && started.elapsed() > self.inner.config.request_timeout {
+                // It waited for its turn, then failed: the budget is for failing, so the
+                // retry starts a fresh one.
+                budget = Budget::new(&self.inner.config);
+                budget.start_attempt();
+            }
+            let failure = match outcome {
                 // Dropping `tracked` completes the seq.
                 Ok(Ok(resp)) => {
                     if kind == Kind::Write {
@@ -312,7 +337,7 @@ impl Client {
                     error,
                     maybe_sent: sent,
                 } => {
-                    maybe_sent |= sent && kind == Kind::Write;
+                    maybe_sent |= sent && kind.writes();
                     transport.failed(i);
                     let Some(delay) = budget.next_delay() else {
                         if maybe_sent {

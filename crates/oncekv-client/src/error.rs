@@ -85,6 +85,15 @@ pub enum Error {
     /// The server cancelled a watch for another reason than compaction. An answer.
     #[error("watch canceled by the server: {reason}")]
     WatchCanceled { reason: String },
+    /// A lock's (or a candidacy's) key was gone by the time its turn came: its lease
+    /// expired or was revoked while it waited. etcd's `mutex: session is expired`. An
+    /// answer: lock again (with a live lease) to get back in the queue.
+    #[error("{0}")]
+    LockLost(String),
+    /// Proclaim with a leadership that is no longer the leader (its key is gone or was
+    /// recreated). etcd's `election: not leader`. An answer.
+    #[error("{0}")]
+    NotLeader(String),
     /// The session is gone (a session-level call such as `close` met an expired session).
     /// Writes never return this: they re-register or report
     /// [`OutcomeUnknown`](Error::OutcomeUnknown).
@@ -126,6 +135,8 @@ impl Error {
                 | Error::SessionExpired(_)
                 | Error::Compacted { .. }
                 | Error::WatchCanceled { .. }
+                | Error::LockLost(_)
+                | Error::NotLeader(_)
         )
     }
 
@@ -172,6 +183,13 @@ impl Failure {
 /// tonic from a local transport error) is sorted by its code: `Unavailable`,
 /// `DeadlineExceeded`, `Cancelled`, `Aborted`, `Unknown` and any local transport error are
 /// retryable; everything else is an answer.
+/// etcd's messages for the concurrency services' refusals (`concurrency.ErrSessionExpired`,
+/// `ErrElectionNotLeader`, `ErrElectionNoLeader`, `v3election.ErrMissingLeaderKey`).
+pub(crate) const LOCK_LOST: &str = "mutex: session is expired";
+pub(crate) const NOT_LEADER: &str = "election: not leader";
+pub(crate) const NO_LEADER: &str = "election: no leader";
+const MISSING_LEADER_KEY: &str = "\"leader\" field must be provided";
+
 pub(crate) fn classify(status: &Status, endpoint: &str) -> Failure {
     let message = status.message().to_string();
     let retry = || Failure::Retry {
@@ -200,6 +218,21 @@ pub(crate) fn classify(status: &Status, endpoint: &str) -> Failure {
                 },
             }),
         };
+    }
+    // etcd's concurrency services answer with plain messages (gRPC code Unknown, which
+    // otherwise means transport trouble): these are answers, not reasons to retry.
+    if status.code() == Code::Unknown {
+        match message.as_str() {
+            LOCK_LOST => return Failure::Answer(Error::LockLost(message)),
+            NOT_LEADER => return Failure::Answer(Error::NotLeader(message)),
+            NO_LEADER | MISSING_LEADER_KEY => {
+                return Failure::Answer(Error::Rejected {
+                    code: Code::Unknown,
+                    message,
+                });
+            }
+            _ => {}
+        }
     }
     let local_transport_error = status.source().is_some();
     match status.code() {

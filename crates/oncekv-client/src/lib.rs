@@ -92,10 +92,12 @@
 mod client;
 mod cluster;
 mod config;
+pub mod election;
 mod error;
 mod hedge;
 mod kv;
 mod lease;
+pub mod lock;
 pub mod options;
 pub mod responses;
 mod retry;
@@ -105,7 +107,9 @@ mod watch;
 
 pub use client::{Client, ClientStats};
 pub use config::ClientConfig;
+pub use election::{Election, Leadership, Observer};
 pub use error::Error;
+pub use lock::{LockGuard, LockOptions};
 pub use oncekv_core::KeyValue;
 pub use options::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp,
