@@ -27,6 +27,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use oncekv_core::queue_key;
 use oncekv_proto::v3lockpb::lock_client::LockClient;
 use oncekv_proto::v3lockpb::{LockRequest, UnlockRequest};
 use tokio::sync::watch;
@@ -72,21 +73,6 @@ impl LockOptions {
     fn ttl(&self) -> i64 {
         self.ttl.unwrap_or(DEFAULT_LOCK_TTL_SECS)
     }
-}
-
-/// The queue key of `lease` under `name`: `name/<lease in lower-case hex>`, the format of
-/// etcd's `concurrency` package (Go's `%x`).
-pub(crate) fn queue_key(name: &[u8], lease: i64) -> Bytes {
-    let hex = if lease < 0 {
-        format!("-{:x}", lease.unsigned_abs())
-    } else {
-        format!("{lease:x}")
-    };
-    let mut key = Vec::with_capacity(name.len() + 1 + hex.len());
-    key.extend_from_slice(name);
-    key.push(b'/');
-    key.extend_from_slice(hex.as_bytes());
-    Bytes::from(key)
 }
 
 /// The lease a lock or a candidacy runs on, and what undoes it: while armed, dropping it
@@ -341,13 +327,6 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn queue_keys_are_etcds() {
-        assert_eq!(queue_key(b"jobs", 0x694d_77aa), "jobs/694d77aa");
-        assert_eq!(queue_key(b"a/b", 10), "a/b/a");
-        assert_eq!(queue_key(b"n", -26), "n/-1a");
-    }
 
     #[test]
     fn options_default_to_an_own_lease_of_the_etcd_ttl() {
