@@ -37,6 +37,10 @@ struct Inner {
     counters: Counters,
     /// Recent write latencies (when to hedge).
     latencies: Latencies,
+    /// Releases of abandoned locks and candidacies still running in the background;
+    /// [`Client::close`] waits for them, so a process that closes its client before it
+    /// exits leaves no waiter behind.
+    releases: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +118,7 @@ impl Client {
                 registering: tokio::sync::Mutex::new(()),
                 counters: Counters::default(),
                 latencies: Latencies::default(),
+                releases: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -147,6 +152,17 @@ impl Client {
     /// keep-alive. Call it once no write is in flight: a write still in flight would end
     /// in [`Error::OutcomeUnknown`]. A later write registers a new session.
     pub async fn close(&self) -> Result<(), Error> {
+        let releases = std::mem::take(
+            &mut *self
+                .inner
+                .releases
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for release in releases {
+            // Bounded: each release is one write with the client's own retry budget.
+            let _ = tokio::time::timeout(self.inner.config.max_retry_time, release).await;
+        }
         let session = self.slot().take();
         match session {
             Some(s) if !s.is_expired() => {
@@ -155,6 +171,18 @@ impl Client {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Keeps a background release (see `Inner::releases`) for [`close`](Self::close) to
+    /// wait for.
+    pub(crate) fn track_release(&self, release: tokio::task::JoinHandle<()>) {
+        let mut releases = self
+            .inner
+            .releases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        releases.retain(|r| !r.is_finished());
+        releases.push(release);
     }
 
     fn slot(&self) -> MutexGuard<'_, Option<Arc<Session>>> {

@@ -19,7 +19,7 @@
 //!   behind, holding the lock until its lease expired.
 //!
 //! A guard dropped without `unlock` revokes its lease in the background, as does an
-//! abandoned lock. The fencing token is what makes a lock safe to rely on: a holder whose
+//! abandoned lock; [`Client::close`] waits for such releases to finish. The fencing token is what makes a lock safe to rely on: a holder whose
 //! lease expired (after a pause or a partition) may still believe it holds the lock, so
 //! writes made under it should be guarded by the lock key's create revision (a txn compare
 //! `create_revision(key) == token`), which fails once the key is gone.
@@ -180,11 +180,15 @@ impl Drop for Tenure {
         };
         let (client, own, lease, key) =
             (self.client.clone(), self.own, self.lease, self.key.clone());
-        runtime.spawn(async move {
-            if let Err(e) = release(&client, own, lease, key).await {
-                tracing::debug!("oncekv client: releasing an abandoned lock failed: {e}");
+        let task = runtime.spawn({
+            let client = client.clone();
+            async move {
+                if let Err(e) = release(&client, own, lease, key).await {
+                    tracing::debug!("oncekv client: releasing an abandoned lock failed: {e}");
+                }
             }
         });
+        client.track_release(task);
     }
 }
 

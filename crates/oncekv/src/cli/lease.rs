@@ -1,4 +1,4 @@
-//! `lease grant | revoke | keep-alive | timetolive`. Lease IDs are read and printed in
+//! `lease grant | revoke | keep-alive | timetolive | list`. Lease IDs are read and printed in
 //! hex (`%016x`), as etcdctl does.
 
 use std::time::Duration;
@@ -50,6 +50,8 @@ pub enum LeaseCommand {
         #[arg(long)]
         keys: bool,
     },
+    /// Lists all active leases.
+    List,
 }
 
 pub async fn run(opts: &Options, command: LeaseCommand) -> Result<(), CliError> {
@@ -83,6 +85,13 @@ pub async fn run(opts: &Options, command: LeaseCommand) -> Result<(), CliError> 
             let result = keep_alive_until_stopped(&client, &opts.printer(), id).await;
             close(&client).await;
             result
+        }
+        LeaseCommand::List => {
+            one_shot(opts, |c, p| async move {
+                let ids = c.lease_leases().await?;
+                emit(&p.lease_list(&ids))
+            })
+            .await
         }
         LeaseCommand::Timetolive { id, keys } => {
             one_shot(opts, |c, p| async move {

@@ -8,6 +8,7 @@
 //! `member list` and `endpoint status`, `-w table`.
 
 mod cluster;
+mod concurrency;
 mod json;
 mod kv;
 mod lease;
@@ -63,6 +64,17 @@ pub enum Command {
     /// been compacted") or above the current revision ("required revision is a future
     /// revision").
     Compaction(watch::CompactionArgs),
+    /// Acquires a named lock: runs COMMAND while holding it (then releases it), or prints
+    /// the lock key and holds the lock until ctrl-c.
+    ///
+    /// Waits while another holder has it. The command sees ETCD_LOCK_KEY, ETCD_LOCK_REV
+    /// and ONCEKV_FENCING_TOKEN (the key's create revision: guard writes made under the
+    /// lock with it). Through a session, a lock retried after a lost reply never queues a
+    /// second waiter. If this process dies, the lock is released after --ttl seconds.
+    Lock(concurrency::LockArgs),
+    /// Campaigns in a named election and leads until ctrl-c (then resigns), printing the
+    /// leader key and PROPOSAL once elected; with -l, prints each leader as it changes.
+    Elect(concurrency::ElectArgs),
 }
 
 const DEFAULT_ENDPOINTS: &str = "127.0.0.1:2379";
@@ -301,6 +313,16 @@ async fn execute(global: &GlobalArgs, command: Command) -> Result<(), CliError> 
         Command::Compaction(args) => {
             let opts = Options::merge(global, &args.flags);
             watch::compaction(&opts, args).await
+        }
+        Command::Lock(args) => {
+            let opts = Options::merge(global, &args.flags);
+            opts.printer().no_table()?;
+            concurrency::lock(&opts, args).await
+        }
+        Command::Elect(args) => {
+            let opts = Options::merge(global, &args.flags);
+            opts.printer().no_table()?;
+            concurrency::elect(&opts, args).await
         }
         Command::Watch(args) => {
             let opts = Options::merge(global, &args.flags);

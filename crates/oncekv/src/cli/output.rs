@@ -87,6 +87,13 @@ impl Printer {
         out.push(b'\n');
     }
 
+    /// One leader as `elect -l` prints it: its key, then its value.
+    pub fn leader(&self, kv: &KeyValue) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.kv(&mut out, kv, false);
+        out
+    }
+
     pub fn put(&self, r: &PutResponse) -> Vec<u8> {
         if self.json() {
             return json::put(r);
@@ -204,6 +211,20 @@ impl Printer {
     }
 
     /// What a keep-alive loop prints when the lease is gone (simple format only).
+    /// etcdctl's `lease list`: the count, then each ID in hex. (JSON: the IDs, without
+    /// the header, which the client's call does not return.)
+    pub fn lease_list(&self, ids: &[i64]) -> Vec<u8> {
+        if self.json() {
+            let leases: Vec<String> = ids.iter().map(|id| format!("{{\"ID\":{id}}}")).collect();
+            return format!("{{\"leases\":[{}]}}\n", leases.join(",")).into_bytes();
+        }
+        let mut out = format!("found {} leases\n", ids.len());
+        for id in ids {
+            out.push_str(&format!("{id:016x}\n"));
+        }
+        out.into_bytes()
+    }
+
     pub fn keep_alive_ended(&self, id: i64) -> Vec<u8> {
         if self.json() {
             return Vec::new();
