@@ -5,7 +5,7 @@
 //! over a simulated network and simulated disks ([`disk::MemDisk`]), with every source of
 //! randomness seeded from one `u64`. The seed chooses the faults ([`faults`]) and the
 //! workload ([`workload`], with [`watchers`] following it); the checkers ([`replicas`],
-//! [`check`], [`linearizability`], [`watchers::check`]) judge the run. Running a seed again reproduces it bit for bit ([`run::Report::trace_hash`]).
+//! [`check`], [`linearizability`], [`watchers::check`], [`lockers::check`]) judge the run. Running a seed again reproduces it bit for bit ([`run::Report::trace_hash`]).
 //!
 //! ```no_run
 //! let report = oncekv_sim::run::run(42, &oncekv_sim::run::Options::default());
@@ -21,6 +21,7 @@ pub mod disk;
 pub mod duplicate;
 pub mod faults;
 pub mod linearizability;
+pub mod lockers;
 pub mod net;
 pub mod replicas;
 pub mod run;

@@ -140,6 +140,10 @@ fn main() -> ExitCode {
         "  watch events checked: {}; watches resumed on another member: {}",
         total.watch_events, total.watch_resumes,
     );
+    println!(
+        "  locks taken: {}; guarded writes refused after a lock was lost: {}",
+        total.lock_acquisitions, total.fenced_refusals,
+    );
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -160,6 +164,8 @@ struct Totals {
     losses: u64,
     watch_events: u64,
     watch_resumes: u64,
+    lock_acquisitions: u64,
+    fenced_refusals: u64,
 }
 
 /// Starts the line a `--report-line` child prints its figures on.
@@ -182,6 +188,8 @@ impl Totals {
             losses: r.losses,
             watch_events: r.watch_events as u64,
             watch_resumes: r.watch_resumes,
+            lock_acquisitions: r.lock_acquisitions as u64,
+            fenced_refusals: r.fenced_refusals as u64,
         }
     }
 
@@ -200,6 +208,8 @@ impl Totals {
         self.losses += t.losses;
         self.watch_events += t.watch_events;
         self.watch_resumes += t.watch_resumes;
+        self.lock_acquisitions += t.lock_acquisitions;
+        self.fenced_refusals += t.fenced_refusals;
     }
 
     /// `key=value` fields separated by spaces; the maps as `name:count,...`.
@@ -211,7 +221,7 @@ impl Totals {
                 .join(",")
         };
         format!(
-            "seeds={} sim_ms={} calls={} unknown={} commit_traps={} losses={} watch_events={} watch_resumes={} faults={} duplicates={}",
+            "seeds={} sim_ms={} calls={} unknown={} commit_traps={} losses={} watch_events={} watch_resumes={} lock_acquisitions={} fenced_refusals={} faults={} duplicates={}",
             self.seeds,
             self.sim_ms,
             self.calls,
@@ -220,6 +230,8 @@ impl Totals {
             self.losses,
             self.watch_events,
             self.watch_resumes,
+            self.lock_acquisitions,
+            self.fenced_refusals,
             map(&self.faults),
             map(&self.duplicates),
         )
@@ -249,6 +261,8 @@ impl Totals {
                 "losses" => t.losses = value.parse().ok()?,
                 "watch_events" => t.watch_events = value.parse().ok()?,
                 "watch_resumes" => t.watch_resumes = value.parse().ok()?,
+                "lock_acquisitions" => t.lock_acquisitions = value.parse().ok()?,
+                "fenced_refusals" => t.fenced_refusals = value.parse().ok()?,
                 "faults" => t.faults = map(value)?,
                 "duplicates" => t.duplicates = map(value)?,
                 _ => return None,
@@ -269,7 +283,7 @@ struct Outcome {
 fn outcome_of(report: &Report, wall: f64, full_trace: bool) -> Outcome {
     let seed = report.seed;
     let mut text = format!(
-        "seed {seed}: {} in {wall:.1}s wall, {:.1}s simulated, {} calls ({} unknown), {} entries applied, {} executions, {} expiries, {} duplicates, {} commit traps, {} watch events ({} resumes), trace {:016x}\n",
+        "seed {seed}: {} in {wall:.1}s wall, {:.1}s simulated, {} calls ({} unknown), {} entries applied, {} executions, {} expiries, {} duplicates, {} commit traps, {} watch events ({} resumes), {} locks ({} fenced refusals), trace {:016x}\n",
         if report.ok() { "ok" } else { "VIOLATION" },
         report.sim_ms as f64 / 1000.0,
         report.calls,
@@ -281,6 +295,8 @@ fn outcome_of(report: &Report, wall: f64, full_trace: bool) -> Outcome {
         report.commit_traps,
         report.watch_events,
         report.watch_resumes,
+        report.lock_acquisitions,
+        report.fenced_refusals,
         report.trace_hash,
     );
     if !report.ok() {

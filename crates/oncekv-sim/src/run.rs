@@ -20,6 +20,7 @@ use crate::check;
 use crate::disk::MemDisk;
 use crate::duplicate::Duplicates;
 use crate::faults::{self, Action};
+use crate::lockers::{self, LockerPlan};
 use crate::net::{CLIENT_PORT, Net, PEER_PORT};
 use crate::replicas::{ReplicaObserver, Replicas};
 use crate::trace::Trace;
@@ -55,6 +56,8 @@ pub struct Options {
     pub schedule: Option<Vec<faults::Step>>,
     /// Run the watchers ([`watchers::specs`]) beside the workload.
     pub watchers: bool,
+    /// Run the lockers ([`lockers`]) beside the workload.
+    pub lockers: bool,
 }
 
 impl Default for Options {
@@ -69,6 +72,7 @@ impl Default for Options {
             breaks: Breaks::default(),
             schedule: None,
             watchers: true,
+            lockers: true,
         }
     }
 }
@@ -98,6 +102,10 @@ pub struct Report {
     /// member.
     pub watch_events: usize,
     pub watch_resumes: u64,
+    /// Times a locker got the lock, and its guarded writes refused because the lock had
+    /// been lost meanwhile (fencing at work).
+    pub lock_acquisitions: usize,
+    pub fenced_refusals: usize,
 }
 
 impl Report {
@@ -291,6 +299,18 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         };
         sim.client(format!("w{index}"), watchers::run(plan));
     }
+    let lock_records: lockers::Records = Arc::default();
+    for index in 0..if opts.lockers { lockers::LOCKERS } else { 0 } {
+        let plan = LockerPlan {
+            index,
+            endpoints: endpoints.clone(),
+            clients_running: clients_running.clone(),
+            records: lock_records.clone(),
+            trace: trace.clone(),
+            net: net.clone(),
+        };
+        sim.client(format!("l{index}"), lockers::run(plan));
+    }
     for c in 0..opts.clients {
         let plan = ClientPlan {
             index: c,
@@ -368,7 +388,10 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     }
     let sim_ms = sim.elapsed().as_millis() as u64;
     // The history each watcher must have seen, from the member that applied the most.
-    let histories: Result<Vec<Vec<watchers::Seen>>, String> = {
+    let (histories, lock_history): (
+        Result<Vec<Vec<watchers::Seen>>, String>,
+        Result<Vec<lockers::Change>, String>,
+    ) = {
         let cores = lock(&world.cores);
         let most = cores
             .iter()
@@ -378,12 +401,18 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             Some(core) => {
                 let applied = core.applied();
                 let inner = applied.read();
-                specs
-                    .iter()
-                    .map(|s| watchers::history_of(&inner.sm, s))
-                    .collect()
+                (
+                    specs
+                        .iter()
+                        .map(|s| watchers::history_of(&inner.sm, s))
+                        .collect(),
+                    lockers::history_of(&inner.sm),
+                )
             }
-            None => Err("no member is running at the end".into()),
+            None => {
+                let e = "no member is running at the end".to_string();
+                (Err(e.clone()), Err(e))
+            }
         }
     };
     drop(sim);
@@ -399,6 +428,13 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         match &histories {
             Ok(h) => violations.extend(watchers::check(&records, h)),
             Err(e) => violations.push(format!("watchers: {e}")),
+        }
+    }
+    let lock_record = std::mem::take(&mut *lock(&lock_records));
+    if opts.lockers {
+        match &lock_history {
+            Ok(h) => violations.extend(lockers::check(&lock_record, h)),
+            Err(e) => violations.push(format!("lockers: {e}")),
         }
     }
     trace.at(
@@ -430,6 +466,13 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         losses: net.losses(),
         watch_events: records.iter().map(|r| r.seen.len()).sum(),
         watch_resumes: records.iter().map(|r| r.resumes).sum(),
+        lock_acquisitions: lock_record.acquisitions.len(),
+        fenced_refusals: lock_record
+            .acquisitions
+            .iter()
+            .flat_map(|a| &a.writes)
+            .filter(|(_, o)| *o == lockers::WriteOutcome::Refused)
+            .count(),
     }
 }
 
