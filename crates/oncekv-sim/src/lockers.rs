@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use oncekv_client::{Client, ClientConfig, Compare, CompareOp, LockOptions, PutOptions, TxnOp};
 use oncekv_core::{EventKind, KeyRange, ReadLimit, StateMachine, prefix_end};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::net;
 use crate::trace::Trace;
@@ -80,6 +82,8 @@ pub type Records = Arc<Mutex<Record>>;
 #[derive(Debug, Clone)]
 pub struct LockerPlan {
     pub index: usize,
+    /// Chooses the pauses between rounds and between writes.
+    pub seed: u64,
     pub endpoints: Vec<String>,
     /// Workload clients still running; a locker starts no new round once it reaches 0.
     pub clients_running: Arc<AtomicUsize>,
@@ -120,7 +124,10 @@ fn token_of(value: &str) -> Option<i64> {
 pub async fn run(plan: LockerPlan) -> turmoil::Result {
     let name = format!("l{}", plan.index);
     let client = Client::connect_with(&plan.endpoints, config(), Some(plan.net.connector(&name)))?;
+    let mut rng = StdRng::seed_from_u64(plan.seed);
     for round in 0..ROUNDS {
+        // Rounds spread over the fault window, so that faults meet holders.
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(200..3_000))).await;
         if plan.clients_running.load(Ordering::Acquire) == 0 {
             break;
         }
@@ -166,7 +173,7 @@ pub async fn run(plan: LockerPlan) -> turmoil::Result {
                 now_ms()
             ));
             writes.push((value, outcome));
-            tokio::time::sleep(Duration::from_millis(40)).await;
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(20..400))).await;
         }
         let lost = guard.is_lost();
         lock_records(&plan.records).acquisitions.push(Acquisition {
@@ -182,7 +189,6 @@ pub async fn run(plan: LockerPlan) -> turmoil::Result {
                 .failures
                 .push(format!("{name} unlock: {e}"));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     plan.trace.line(format!("{name} done"));
     let _ = client.close().await;

@@ -138,6 +138,10 @@ fn client_name(c: usize) -> String {
     format!("c{c}")
 }
 
+fn locker_name(l: usize) -> String {
+    format!("l{l}")
+}
+
 async fn run_node(ctx: NodeCtx) -> turmoil::Result {
     let name = node_name(ctx.index);
     let ip = turmoil::lookup(name.as_str());
@@ -209,6 +213,10 @@ pub fn align_task_ids() {
         }
     });
 }
+
+/// The replicas' history per watcher, and of the lock (see `run`).
+type Watched = Result<Vec<Vec<watchers::Seen>>, String>;
+type Locked = Result<Vec<lockers::Change>, String>;
 
 /// Runs `seed` once.
 pub fn run(seed: u64, opts: &Options) -> Report {
@@ -303,13 +311,15 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     for index in 0..if opts.lockers { lockers::LOCKERS } else { 0 } {
         let plan = LockerPlan {
             index,
+            // From the seed without drawing from `rng`: the fault plan stays as it was.
+            seed: seed ^ (0x10c4_e250_u64 + index as u64),
             endpoints: endpoints.clone(),
             clients_running: clients_running.clone(),
             records: lock_records.clone(),
             trace: trace.clone(),
             net: net.clone(),
         };
-        sim.client(format!("l{index}"), lockers::run(plan));
+        sim.client(locker_name(index), lockers::run(plan));
     }
     for c in 0..opts.clients {
         let plan = ClientPlan {
@@ -346,6 +356,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let mut world = World {
         nodes: opts.nodes,
         clients: opts.clients,
+        lockers: if opts.lockers { lockers::LOCKERS } else { 0 },
         crashed: vec![false; opts.nodes],
         disks,
         offsets,
@@ -387,11 +398,9 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         }
     }
     let sim_ms = sim.elapsed().as_millis() as u64;
-    // The history each watcher must have seen, from the member that applied the most.
-    let (histories, lock_history): (
-        Result<Vec<Vec<watchers::Seen>>, String>,
-        Result<Vec<lockers::Change>, String>,
-    ) = {
+    // The history each watcher must have seen, and the lock's, from the member that
+    // applied the most.
+    let (histories, lock_history): (Watched, Locked) = {
         let cores = lock(&world.cores);
         let most = cores
             .iter()
@@ -480,6 +489,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
 struct World {
     nodes: usize,
     clients: usize,
+    lockers: usize,
     crashed: Vec<bool>,
     disks: Vec<Arc<MemDisk>>,
     offsets: Vec<Arc<AtomicI64>>,
@@ -508,6 +518,7 @@ impl World {
         (0..self.nodes)
             .map(node_name)
             .chain((0..self.clients).map(client_name))
+            .chain((0..self.lockers).map(locker_name))
             .collect()
     }
 
@@ -572,8 +583,15 @@ impl World {
                 self.offsets[*node].fetch_add(*by_ms, Ordering::Relaxed);
             }
             Action::PauseClient { client } => {
+                // Locker i shares a host with client i: a pause stops both, so a holder's
+                // keep-alives stop too and its lock can be lost while it still believes
+                // it holds it (what fencing tokens are for).
+                let locker = (*client < self.lockers).then(|| locker_name(*client));
                 for n in 0..self.nodes {
                     sim.hold(client_name(*client), node_name(n));
+                    if let Some(l) = &locker {
+                        sim.hold(l.as_str(), node_name(n));
+                    }
                 }
             }
             Action::Heal => {

@@ -1,7 +1,7 @@
 //! The CI seed set: fixed seeds, with every fault, must pass every checker (the watchers'
-//! included), and between them exercise every kind of fault and a watch resuming on
-//! another member (CI runs many more through the binary: see the crate
-//! README). The seeds run through the binary in three processes at once, each seed after
+//! and the lockers' included), and between them exercise every kind of fault, a watch
+//! resuming on another member and lockers taking the lock (CI runs many more through the
+//! binary: see the crate README). The seeds run through the binary in three processes at once, each seed after
 //! the other in its process, so each takes exactly the path it takes alone (see
 //! `oncekv_sim::run::align_task_ids`; threads of one process would perturb each other).
 
@@ -55,7 +55,7 @@ fn ci_seeds_pass_every_checker_and_cover_every_fault() {
         })
         .collect();
     let mut faults: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut duplicates, mut traps, mut resumes) = (0, 0, 0);
+    let (mut duplicates, mut traps, mut resumes, mut locks) = (0, 0, 0, 0);
     for child in children {
         let Output { status, stdout, .. } = child
             .wait_with_output()
@@ -80,6 +80,12 @@ fn ci_seeds_pass_every_checker_and_cover_every_fault() {
             .and_then(|rest| rest.lines().next())
             .and_then(|n| n.trim().parse::<u64>().ok())
             .unwrap_or_else(|| panic!("no watch resume count in:\n{stdout}"));
+        locks += stdout
+            .split("locks taken: ")
+            .nth(1)
+            .and_then(|rest| rest.split(';').next())
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no lock count in:\n{stdout}"));
     }
     for kind in FAULT_KINDS {
         assert!(
@@ -92,5 +98,9 @@ fn ci_seeds_pass_every_checker_and_cover_every_fault() {
     assert!(
         resumes > 0,
         "no watch resumed on another member: the watchers' checker saw no failover"
+    );
+    assert!(
+        locks > 0,
+        "no locker got the lock: the lockers' checker judged nothing"
     );
 }
