@@ -510,3 +510,29 @@ pub enum SessionError {
     #[error("oncekv: seq {seq} was already used for a different request")]
     SeqReused { seq: u64 },
 }
+
+impl SessionError {
+    /// Every [`kind`](Self::kind), in the order of `Stats::rejected_by_kind`.
+    pub const KINDS: [&'static str; 5] = [
+        "session_expired",
+        "permission_denied",
+        "stale",
+        "window_exceeded",
+        "seq_reused",
+    ];
+
+    /// A short name for metrics labels: one of [`KINDS`](Self::KINDS).
+    pub fn kind(&self) -> &'static str {
+        Self::KINDS[self.kind_index()]
+    }
+
+    pub(crate) fn kind_index(&self) -> usize {
+        match self {
+            SessionError::SessionExpired { .. } => 0,
+            SessionError::PermissionDenied { .. } => 1,
+            SessionError::Stale { .. } => 2,
+            SessionError::WindowExceeded { .. } => 3,
+            SessionError::SeqReused { .. } => 4,
+        }
+    }
+}

@@ -277,6 +277,21 @@ impl SessionTable {
         BucketHint(self.sessions.prefetch(client_id))
     }
 
+    /// How many responses are saved across all sessions, and their encoded size (what
+    /// they take in a snapshot): for metrics. Walks every session.
+    pub fn saved_summary(&self) -> (u64, u64) {
+        let mut count = 0u64;
+        let mut bytes = 0u64;
+        for s in self.sessions.iter() {
+            for (_, _, reply) in s.saved.iter() {
+                count += 1;
+                bytes +=
+                    postcard::experimental::serialized_size(reply.as_ref()).map_or(0, |n| n as u64);
+            }
+        }
+        (count, bytes)
+    }
+
     /// Sessions in client-id order (for snapshots and comparisons).
     pub fn sorted(&self) -> Vec<(u64, &Session)> {
         let mut all: Vec<_> = self.sessions.iter().map(|s| (s.client_id, s)).collect();

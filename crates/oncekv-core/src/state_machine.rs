@@ -11,7 +11,7 @@ use crate::command::{
     CONCURRENCY_TTL_SECS, Command, DeleteRangeRequest, DeleteRangeResponse, EnqueueRequest,
     Enqueued, KeyRange, LogPayload, MAX_LEASE_TTL_SECS, Op, OpError, OpReply, OpResponse,
     PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response, ResponseOp,
-    Settings, Tracked, TxnRequest, TxnResponse, queue_key,
+    SessionError, Settings, Tracked, TxnRequest, TxnResponse, queue_key,
 };
 use crate::history::{EventBatch, ReadLimit};
 use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
@@ -28,6 +28,8 @@ pub struct Stats {
     pub duplicates: u64,
     /// Tracked ops refused by rules 1, 2, 4 or 6, or for reusing a seq (rule 5).
     pub rejected: u64,
+    /// `rejected` by [`SessionError::kind`], in [`SessionError::KINDS`] order.
+    pub rejected_by_kind: [u64; SessionError::KINDS.len()],
     pub sessions_expired: u64,
     pub leases_expired: u64,
 }
@@ -245,6 +247,7 @@ impl StateMachine {
             }
             Verdict::Reject(e) => {
                 self.stats.rejected += 1;
+                self.stats.rejected_by_kind[e.kind_index()] += 1;
                 Response::Op(Err(e))
             }
         }

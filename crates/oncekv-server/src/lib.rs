@@ -10,7 +10,9 @@
 //!   [`forwarder`]: a follower's writes travel to the leader in batches.
 //! - [`log_store`] and [`sm_store`]: the durable raft log and the state machine with its
 //!   snapshot file.
-//! - [`network`] and [`services`]: raft between peers, and the gRPC servers.
+//! - [`network`] and [`services`]: raft between peers, and the gRPC servers;
+//!   [`http`]: `/metrics`, `/health` and the other HTTP routes beside gRPC on the client
+//!   port, with [`metrics`], the member's Prometheus registry.
 //! - [`compactor`]: etcd's auto-compaction, decided by the leader through the log.
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
 //! - [`authority`]: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
@@ -23,7 +25,9 @@ pub mod disk;
 pub mod error;
 pub mod etcd;
 pub mod forwarder;
+pub mod http;
 pub mod log_store;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod pb;

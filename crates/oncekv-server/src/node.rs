@@ -16,7 +16,8 @@ use tonic::transport::server::Connected;
 
 use crate::config::NodeConfig;
 use crate::error::{ProposeError, StartError};
-use crate::log_store::{LogStore, LogStoreOptions};
+use crate::log_store::{FsyncObserver, LogStore, LogStoreOptions};
+use crate::metrics::NodeMetrics;
 use crate::network::{Network, PeerChannels};
 use crate::request_path::NodeCore;
 use crate::sm_store::SmStore;
@@ -32,6 +33,9 @@ pub struct Node {
     pub client_addr: SocketAddr,
     pub peer_addr: SocketAddr,
     stop: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+    /// Set when raft stopped by itself: a storage error it cannot go on after.
+    fatal: watch::Receiver<Option<String>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -116,7 +120,15 @@ impl Node {
             return Err(StartError::NotAMember(config.name.clone()));
         }
 
-        let log_options = LogStoreOptions::default().with_disk(config.disk.clone());
+        let metrics = Arc::new(
+            NodeMetrics::new().map_err(|e| StartError::Raft(format!("metrics registry: {e}")))?,
+        );
+        let fsync_metrics = metrics.clone();
+        let log_options = LogStoreOptions::default()
+            .with_disk(config.disk.clone())
+            .with_fsync_observer(FsyncObserver(Arc::new(move |took| {
+                fsync_metrics.observe_fsync(took)
+            })));
         let log = LogStore::<TypeConfig>::open(config.data_dir.join("log"), log_options).await?;
         let torn_tail = log.torn_tail().cloned();
         let sm = SmStore::open_with(
@@ -168,7 +180,7 @@ impl Node {
         }
 
         Ok(Arc::new(NodeCore::new(
-            config, raft, applied, peers, members, torn_tail,
+            config, raft, applied, peers, members, torn_tail, metrics,
         )))
     }
 
@@ -187,7 +199,9 @@ impl Node {
         PIO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     {
         let (stop, stop_rx) = watch::channel(false);
+        let (fatal_tx, fatal) = watch::channel(None);
         let tasks = vec![
+            tokio::spawn(fatal_watch(core.clone(), fatal_tx, stop_rx.clone())),
             tokio::spawn(crate::services::serve_clients(
                 core.clone(),
                 clients,
@@ -201,7 +215,7 @@ impl Node {
             tokio::spawn(ticker(core.clone(), stop_rx.clone())),
             tokio::spawn(publish_client_url(core.clone(), stop_rx.clone())),
             tokio::spawn(crate::compactor::run(core.clone(), stop_rx.clone())),
-            tokio::spawn(leadership_watch(core.clone(), stop_rx)),
+            tokio::spawn(leadership_watch(core.clone(), stop_rx.clone())),
         ];
         let id = core.id();
         tracing::info!(name = %core.config().name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
@@ -210,7 +224,44 @@ impl Node {
             client_addr,
             peer_addr,
             stop,
+            stop_rx,
+            fatal,
             tasks,
+        }
+    }
+
+    /// Also serves the HTTP routes (`/metrics`, `/health`, ...) on `listener`: etcd's
+    /// `--listen-metrics-urls`.
+    pub fn serve_http(&mut self, listener: TcpListener) {
+        let routes = crate::http::routes(self.core.clone()).fallback(crate::http::not_found);
+        let stop = self.stop_rx.clone();
+        let incoming = crate::services::incoming(listener);
+        self.tasks.push(tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .accept_http1(true)
+                .add_routes(routes.into())
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let mut stop = stop;
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!("metrics server stopped: {e}");
+            }
+        }));
+    }
+
+    /// Resolves when this member can no longer serve because raft stopped on an error it
+    /// cannot recover from (a failed write or fsync of the log or a snapshot: a full disk,
+    /// an I/O error), with the error. etcd exits then, so that a supervisor restarts it
+    /// rather than leaving a process that answers every request with "server stopped";
+    /// `oncekv serve` does the same.
+    pub async fn failed(&self) -> String {
+        let mut fatal = self.fatal.clone();
+        match fatal.wait_for(|f| f.is_some()).await {
+            Ok(f) => f.clone().unwrap_or_default(),
+            // The watcher ended without a verdict: the node is shutting down.
+            Err(_) => std::future::pending().await,
         }
     }
 
@@ -295,13 +346,44 @@ async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>
     }
 }
 
+/// Watches raft for a fatal stop (its core task ended with an error) and reports it.
+async fn fatal_watch(
+    core: Arc<NodeCore>,
+    fatal: watch::Sender<Option<String>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut metrics = core.raft().metrics();
+    loop {
+        if let Err(e) = &metrics.borrow_and_update().running_state {
+            tracing::error!(name = %core.config().name, "raft stopped: {e}");
+            let _ = fatal.send(Some(e.to_string()));
+            return;
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            changed = metrics.changed() => if changed.is_err() {
+                if !*stop.borrow() {
+                    let _ = fatal.send(Some("raft stopped unexpectedly".to_string()));
+                }
+                return;
+            },
+        }
+    }
+}
+
 /// When this node stops leading, everything waiting on it fails with `NotLeader` so that
 /// clients go to the new leader at once instead of waiting for a timeout.
 async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
     let mut metrics = core.raft().metrics();
     let mut was_leader = false;
+    // etcd counts every change of the leader this member sees, the first one included.
+    let mut last_seen = None;
     loop {
         let leader = metrics.borrow_and_update().current_leader;
+        if leader != last_seen {
+            core.node_metrics().leader_changed();
+            last_seen = leader;
+        }
         let is_leader = leader == Some(core.id());
         if was_leader && !is_leader {
             let n = core.fail_waiters(ProposeError::NotLeader { leader });

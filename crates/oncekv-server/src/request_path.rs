@@ -26,6 +26,7 @@ use crate::config::NodeConfig;
 use crate::error::{ApiError, ProposeError};
 use crate::forwarder::{Forwarded, ForwardedReply, Forwarder};
 use crate::log_store::TornTail;
+use crate::metrics::SharedMetrics;
 use crate::network::PeerChannels;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::proposer::Proposer;
@@ -69,6 +70,7 @@ pub struct NodeCore {
     in_flight: WaitingList<RequestKey, Result<Response, ProposeError>, ProposeError>,
     /// The unacknowledged tail the log store cut off when this node started, if any.
     torn_tail: Option<TornTail>,
+    metrics: SharedMetrics,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -91,6 +93,7 @@ impl NodeCore {
         peers: PeerChannels,
         members: BTreeMap<NodeId, Member>,
         torn_tail: Option<TornTail>,
+        metrics: SharedMetrics,
     ) -> NodeCore {
         let members = Arc::new(members);
         let proposer = Proposer::spawn(
@@ -119,12 +122,18 @@ impl NodeCore {
             members,
             in_flight: WaitingList::new(),
             torn_tail,
+            metrics,
         }
     }
 
     /// This member's id.
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// This member's Prometheus metrics.
+    pub fn node_metrics(&self) -> &SharedMetrics {
+        &self.metrics
     }
 
     pub fn config(&self) -> &NodeConfig {

@@ -15,6 +15,7 @@ use crate::etcd::{
     SessionService, WatchService,
 };
 use crate::forwarder::Forwarded;
+use crate::http::GrpcMetricsLayer;
 use crate::network::MAX_PEER_MESSAGE_BYTES;
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
 use crate::pb::etcdserverpb::kv_server::KvServer;
@@ -71,33 +72,46 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
     let limit = core.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let mut grpc = tonic::service::Routes::builder();
+    grpc.add_service(
+        KvServer::new(KvService { node: core.clone() }).max_decoding_message_size(limit),
+    )
+    .add_service(
+        LeaseServer::new(LeaseService { node: core.clone() }).max_decoding_message_size(limit),
+    )
+    .add_service(
+        WatchServer::new(WatchService {
+            node: core.clone(),
+            stop: stop.clone(),
+        })
+        .max_decoding_message_size(limit),
+    )
+    .add_service(ClusterServer::new(ClusterService { node: core.clone() }))
+    .add_service(MaintenanceServer::new(MaintenanceService {
+        node: core.clone(),
+    }))
+    .add_service(
+        LockServer::new(LockService { node: core.clone() }).max_decoding_message_size(limit),
+    )
+    .add_service(
+        ElectionServer::new(ElectionService { node: core.clone() })
+            .max_decoding_message_size(limit),
+    )
+    .add_service(SessionServer::new(SessionService { node: core.clone() }));
+    // HTTP/1.1 too, for curl and Prometheus on the HTTP routes; gRPC clients speak HTTP/2
+    // with prior knowledge and are told apart by the connection preface.
+    let routes = grpc
+        .routes()
+        .into_axum_router()
+        .merge(crate::http::routes(core.clone()))
+        .fallback(crate::http::not_found);
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(
-            KvServer::new(KvService { node: core.clone() }).max_decoding_message_size(limit),
-        )
-        .add_service(
-            LeaseServer::new(LeaseService { node: core.clone() }).max_decoding_message_size(limit),
-        )
-        .add_service(
-            WatchServer::new(WatchService {
-                node: core.clone(),
-                stop: stop.clone(),
-            })
-            .max_decoding_message_size(limit),
-        )
-        .add_service(ClusterServer::new(ClusterService { node: core.clone() }))
-        .add_service(MaintenanceServer::new(MaintenanceService {
-            node: core.clone(),
-        }))
-        .add_service(
-            LockServer::new(LockService { node: core.clone() }).max_decoding_message_size(limit),
-        )
-        .add_service(
-            ElectionServer::new(ElectionService { node: core.clone() })
-                .max_decoding_message_size(limit),
-        )
-        .add_service(SessionServer::new(SessionService { node: core.clone() }))
+        .accept_http1(true)
+        .layer(GrpcMetricsLayer {
+            metrics: core.node_metrics().clone(),
+        })
+        .add_routes(routes.into())
         .serve_with_incoming_shutdown(incoming, stopped(stop))
         .await;
     if let Err(e) = result {

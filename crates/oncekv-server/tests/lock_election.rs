@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::TestCluster;
+use common::{TestCluster, register, tracked};
 use etcd_client::{Client, GetOptions, LockOptions, ProclaimOptions, ResignOptions};
 use tokio_stream::StreamExt;
 
@@ -271,30 +271,6 @@ async fn elections_hand_over_on_resign_and_observers_follow() {
     c.lease_revoke(leader2.lease()).await.unwrap();
     let err = c.leader("e").await.unwrap_err();
     assert!(err.to_string().contains("election: no leader"), "{err}");
-}
-
-/// A request carrying oncekv session metadata (what the oncekv client sends), for `seq`.
-fn tracked<T>(session: &(u64, String), seq: u64, message: T) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    let md = req.metadata_mut();
-    md.insert("oncekv-client-id", session.0.to_string().parse().unwrap());
-    md.insert("oncekv-session-secret", session.1.parse().unwrap());
-    md.insert("oncekv-seq", seq.to_string().parse().unwrap());
-    md.insert("oncekv-first-incomplete", "1".parse().unwrap());
-    req
-}
-
-async fn register(endpoint: &str) -> (u64, String) {
-    use oncekv_server::pb::oncekv::RegisterRequest;
-    use oncekv_server::pb::oncekv::session_client::SessionClient;
-    let mut s = SessionClient::connect(endpoint.to_string()).await.unwrap();
-    let r = s
-        .register(RegisterRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    let secret = r.secret.iter().map(|b| format!("{b:02x}")).collect();
-    (r.client_id, secret)
 }
 
 // Through a session, Lock and Campaign are tracked commands: the same seq sent twice (a

@@ -169,6 +169,11 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
     for (name, c, p) in &layout {
         println!("  {name}: clients http://127.0.0.1:{c}  peers http://127.0.0.1:{p}");
     }
+    if let Some((_, c, _)) = layout.first() {
+        println!(
+            "  metrics: http://127.0.0.1:{c}/metrics  health: http://127.0.0.1:{c}/health (every member serves both)"
+        );
+    }
     println!("try:");
     println!(
         "  etcdctl --endpoints={} put greeting hello",
@@ -176,9 +181,16 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
     );
     println!("  etcdctl --endpoints={} get greeting", endpoints.join(","));
     println!("ctrl-c stops the cluster");
-    tokio::signal::ctrl_c()
-        .await
-        .map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+    let failed = futures::future::select_all(nodes.iter().map(|n| Box::pin(n.failed())));
+    tokio::select! {
+        signal = tokio::signal::ctrl_c() => {
+            signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+        }
+        (error, i, _) = failed => {
+            let name = layout.get(i).map_or("?", |(n, _, _)| n.as_str());
+            return Err(format!("member {name} stopped on a storage error: {error}"));
+        }
+    }
     // stdout may be closed by now (a pipe whose reader left); stopping must not fail.
     let _ = writeln!(std::io::stdout(), "oncekv dev: stopping");
     for node in nodes {

@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// URL clients should use to reach this member (default: the listen URL).
     #[arg(long)]
     pub advertise_client_urls: Option<String>,
+    /// More URLs (http://host:port, comma separated) serving only the HTTP routes:
+    /// /metrics, /health, /livez, /readyz, /version. The client URLs serve them too.
+    #[arg(long)]
+    pub listen_metrics_urls: Option<String>,
     /// Every member as name=peer-url, comma separated (the same on every member).
     #[arg(long, default_value = "default=http://127.0.0.1:2380")]
     pub initial_cluster: String,
@@ -156,7 +160,23 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
     args.tuning.apply(&mut config)?;
-    let node = Node::start(config).await.map_err(|e| e.to_string())?;
+    let mut metrics_listeners = Vec::new();
+    for url in args
+        .listen_metrics_urls
+        .iter()
+        .flat_map(|u| u.split(','))
+        .filter(|u| !u.trim().is_empty())
+    {
+        let addr = parse_url(url.trim())?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("listening on {addr} (--listen-metrics-urls): {e}"))?;
+        metrics_listeners.push(listener);
+    }
+    let mut node = Node::start(config).await.map_err(|e| e.to_string())?;
+    for listener in metrics_listeners {
+        node.serve_http(listener);
+    }
     eprintln!(
         "oncekv: member {} serving clients on {} and peers on {} (data in {})",
         args.name,
@@ -164,9 +184,22 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         node.peer_addr,
         args.data_dir.display()
     );
-    tokio::signal::ctrl_c()
-        .await
-        .map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+    eprintln!(
+        "oncekv: metrics at http://{}/metrics, health at http://{}/health",
+        node.client_addr, node.client_addr
+    );
+    tokio::select! {
+        signal = tokio::signal::ctrl_c() => {
+            signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+        }
+        error = node.failed() => {
+            return Err(format!(
+                "member {} stopped on a storage error and exits (restart it once the cause is fixed; \
+                 what it acknowledged is durable): {error}",
+                args.name
+            ));
+        }
+    }
     eprintln!("oncekv: stopping");
     node.shutdown().await;
     Ok(())

@@ -16,7 +16,7 @@ mod queue;
 mod session;
 mod watch;
 
-pub use cluster::{ClusterService, MaintenanceService};
+pub use cluster::{ClusterService, ETCD_API_VERSION, MaintenanceService};
 pub use election::ElectionService;
 pub use kv::KvService;
 pub use lease::LeaseService;

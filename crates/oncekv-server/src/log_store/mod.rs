@@ -98,6 +98,8 @@ pub struct LogStoreOptions {
     pub cache_bytes: usize,
     /// The file system (the real one unless a simulation passes its own).
     pub disk: Arc<dyn Disk>,
+    /// Told the duration of every fdatasync of the log.
+    pub on_fsync: Option<FsyncObserver>,
     /// Test hook: hold the writer before each fdatasync.
     #[cfg(test)]
     pub(crate) sync_gate: Option<Arc<writer::SyncGate>>,
@@ -121,6 +123,22 @@ impl LogStoreOptions {
         self.cache_bytes = bytes;
         self
     }
+
+    /// Sets [`LogStoreOptions::on_fsync`].
+    pub fn with_fsync_observer(mut self, observer: FsyncObserver) -> Self {
+        self.on_fsync = Some(observer);
+        self
+    }
+}
+
+/// Told how long each fdatasync of a segment took (the WAL fsync metric).
+#[derive(Clone)]
+pub struct FsyncObserver(pub Arc<dyn Fn(std::time::Duration) + Send + Sync>);
+
+impl std::fmt::Debug for FsyncObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FsyncObserver")
+    }
 }
 
 impl Default for LogStoreOptions {
@@ -129,6 +147,7 @@ impl Default for LogStoreOptions {
             segment_bytes: 64 << 20,
             cache_bytes: 64 << 20,
             disk: crate::disk::os_disk(),
+            on_fsync: None,
             #[cfg(test)]
             sync_gate: None,
         }
@@ -225,7 +244,10 @@ impl<C: RaftTypeConfig> LogStore<C> {
                 .map_err(|e| LogError::Inconsistent(format!("log recovery task failed: {e}")))??
         };
 
-        let shared = Arc::new(WriterShared::default());
+        let shared = Arc::new(WriterShared {
+            on_fsync: options.on_fsync.clone(),
+            ..WriterShared::default()
+        });
         #[allow(unused_mut)]
         let mut writer = Writer::new(dir.clone(), disk.clone(), shared.clone(), next_batch);
         #[cfg(test)]

@@ -79,6 +79,7 @@ pub(super) struct WriterShared {
     pub(super) written_seq: AtomicU64,
     /// Set once the writer failed; the message of the first error.
     pub(super) failed: Mutex<Option<String>>,
+    pub(super) on_fsync: Option<super::FsyncObserver>,
 }
 
 impl WriterShared {
@@ -313,8 +314,12 @@ impl Writer {
         if let Some(gate) = &self.gate {
             gate.pass();
         }
+        let started = std::time::Instant::now();
         file.sync_data()
             .map_err(|e| io_msg("fdatasync", &path, &e))?;
+        if let Some(observe) = &self.shared.on_fsync {
+            (observe.0)(started.elapsed());
+        }
         self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.batch += 1;
         Ok(())

@@ -48,3 +48,27 @@ pub async fn get(
         .first()
         .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.version)))
 }
+
+/// A request carrying oncekv session metadata (what the oncekv client sends), for `seq`.
+pub fn tracked<T>(session: &(u64, String), seq: u64, message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    let md = req.metadata_mut();
+    md.insert("oncekv-client-id", session.0.to_string().parse().unwrap());
+    md.insert("oncekv-session-secret", session.1.parse().unwrap());
+    md.insert("oncekv-seq", seq.to_string().parse().unwrap());
+    md.insert("oncekv-first-incomplete", "1".parse().unwrap());
+    req
+}
+
+pub async fn register(endpoint: &str) -> (u64, String) {
+    use oncekv_server::pb::oncekv::RegisterRequest;
+    use oncekv_server::pb::oncekv::session_client::SessionClient;
+    let mut s = SessionClient::connect(endpoint.to_string()).await.unwrap();
+    let r = s
+        .register(RegisterRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let secret = r.secret.iter().map(|b| format!("{b:02x}")).collect();
+    (r.client_id, secret)
+}
