@@ -162,6 +162,20 @@ pub enum StartError {
     Log(#[from] crate::log_store::LogError),
     #[error("opening the state machine: {0}")]
     StateMachine(String),
+    #[error(
+        "the log was compacted through index {purged}, but the snapshot holding those entries \
+         ({}) is {}; this member cannot rebuild its state from its own data. Put the snapshot \
+         file back, or, if the rest of the cluster is healthy, remove this member's data \
+         directory and re-add it (member remove, then member add and start it with \
+         --initial-cluster-state existing) so that it gets the leader's snapshot",
+        snapshot.display(),
+        match applied { Some(a) => format!("only at index {a}"), None => "missing".to_string() }
+    )]
+    MissingSnapshot {
+        snapshot: std::path::PathBuf,
+        purged: u64,
+        applied: Option<u64>,
+    },
     #[error("raft: {0}")]
     Raft(String),
     #[error("listening on {addr}: {source}")]

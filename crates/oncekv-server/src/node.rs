@@ -139,6 +139,27 @@ impl Node {
         )
         .map_err(StartError::StateMachine)?;
         let applied = sm.applied();
+        // The log keeps only what follows the last snapshot. With the snapshot gone
+        // (deleted, or a data directory copied without it), raft would ask the log for
+        // entries it purged and fail with a message that names neither.
+        let mut log_reader = log.clone();
+        let purged = openraft::storage::RaftLogStorage::get_log_state(&mut log_reader)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?
+            .last_purged_log_id;
+        let applied_index = applied.read().last_applied.map(|l| l.index);
+        if let Some(purged) = purged
+            && applied_index.is_none_or(|a| a < purged.index)
+        {
+            return Err(StartError::MissingSnapshot {
+                snapshot: config
+                    .data_dir
+                    .join("state")
+                    .join(crate::sm_store::SNAPSHOT_FILE),
+                purged: purged.index,
+                applied: applied_index,
+            });
+        }
 
         let raft_config = openraft::Config {
             cluster_name: "oncekv".into(),

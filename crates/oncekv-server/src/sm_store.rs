@@ -24,7 +24,8 @@ use crate::error::ProposeError;
 
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
 
-const SNAPSHOT_FILE: &str = "snapshot.bin";
+/// The state machine snapshot, in the state directory.
+pub const SNAPSHOT_FILE: &str = "snapshot.bin";
 const SNAPSHOT_MAGIC: &[u8; 4] = b"OKVS";
 
 /// Watches a node's state machine (deterministic simulation and tests; `None` in

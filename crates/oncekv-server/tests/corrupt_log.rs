@@ -106,3 +106,40 @@ async fn corruption_before_the_tail_stops_the_member_with_a_clear_error() {
         "unclear error: {err}"
     );
 }
+
+// The log is purged up to the last snapshot; with the snapshot file gone, the member must
+// not start and must say which file is missing and how to recover, rather than raft's
+// "Failed to get log entries".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_snapshot_is_named_with_the_recovery() {
+    let mut cluster = TestCluster::start(1, |c| c.snapshot_count = 20).await;
+    cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut kv = cluster.kv(0).await;
+    for i in 0..100 {
+        put(&mut kv, &format!("k{i:03}"), "v").await.unwrap();
+    }
+    let snapshot = cluster.data_dir(0).join("state").join("snapshot.bin");
+    cluster
+        .wait_for(
+            "a snapshot and a purged log",
+            Duration::from_secs(10),
+            |c| {
+                snapshot.exists()
+                    && c.node(0)
+                        .core
+                        .metrics()
+                        .purged
+                        .is_some_and(|p| p.index > 20)
+            },
+        )
+        .await;
+    cluster.stop(0).await;
+    std::fs::remove_file(&snapshot).unwrap();
+    let err = cluster.inner.restart(0).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&snapshot.display().to_string())
+            && err.contains("is missing")
+            && err.contains("--initial-cluster-state existing"),
+        "{err}"
+    );
+}

@@ -193,6 +193,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
         }
         error = node.failed() => {
+            node.shutdown().await;
             return Err(format!(
                 "member {} stopped on a storage error and exits (restart it once the cause is fixed; \
                  what it acknowledged is durable): {error}",
