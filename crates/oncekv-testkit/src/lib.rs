@@ -8,3 +8,12 @@
 
 pub mod fault_proxy;
 pub mod local_cluster;
+
+/// A loopback port free when asked (bound to port 0 and released): for processes that
+/// must be told their port on the command line. Another process can take it before it is
+/// used; tests that can bind port 0 themselves should.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

@@ -7,30 +7,14 @@
 //! reaches the files through `/proc/PID/root`. Needs root, as CI has.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Processes killed on drop.
-struct Reaped(Vec<Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::{Members, free_port};
 
 /// A tmpfs of `size` mounted at `mnt` in a mount namespace of its own, kept by the
 /// returned process; `None` where namespaces or mounts are not allowed.
@@ -106,7 +90,7 @@ async fn a_member_on_a_full_disk_exits_and_loses_nothing_acknowledged() {
         eprintln!("skipped: no private mount namespace here (needs root)");
         return;
     };
-    let mut procs = Reaped(vec![holder]);
+    let mut procs = Members(vec![holder]);
     // Most of the space goes to a filler, so the log fills it after a few MiB.
     let filler = outside(&procs.0[0], &mnt.join("filler"));
     std::fs::write(&filler, vec![0u8; 5 << 20]).unwrap();

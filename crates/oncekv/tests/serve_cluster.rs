@@ -3,30 +3,14 @@
 //! `etcdctl --cluster` dials them).
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{Members, free_port};
+
 use serde_json::Value;
-
-/// Member processes, killed on drop.
-struct Members(Vec<Child>);
-
-impl Drop for Members {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `oncekv member list -w json` against `endpoint`, if it answers.
 fn member_list(endpoint: &str) -> Option<Value> {

@@ -36,9 +36,5 @@ impl Proxy {
 
 /// A loopback port nobody listens on (bound and released; good enough for "dead").
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    oncekv_testkit::free_port().unwrap()
 }
