@@ -24,6 +24,10 @@ pub struct NodeConfig {
     pub peer_addr: SocketAddr,
     /// Every member: name, peer url, client url (may be empty if unknown).
     pub initial_cluster: Vec<Member>,
+    /// Whether this member founds a new cluster with `initial_cluster` or joins a running
+    /// one that already has it as a member (etcd's `--initial-cluster-state`). Only read
+    /// at the first start; later starts go by the identity in the data directory.
+    pub initial_cluster_state: ClusterState,
     /// Take a snapshot (and purge the log) every this many applied entries.
     pub snapshot_count: u64,
     pub heartbeat_ms: u64,
@@ -65,6 +69,7 @@ impl NodeConfig {
             client_addr,
             peer_addr,
             initial_cluster,
+            initial_cluster_state: ClusterState::New,
             snapshot_count: 10_000,
             heartbeat_ms: 100,
             election_timeout_ms: 1_000,
@@ -80,6 +85,16 @@ impl NodeConfig {
             observer: None,
         }
     }
+}
+
+/// etcd's `--initial-cluster-state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClusterState {
+    /// Found the cluster: every member of `--initial-cluster` starts this way together.
+    #[default]
+    New,
+    /// Join a running cluster that added this member (MemberAdd) first.
+    Existing,
 }
 
 /// How the leader's proposer batches commands into entries, and a follower's forwarder

@@ -162,6 +162,14 @@ pub enum StartError {
     Log(#[from] crate::log_store::LogError),
     #[error("opening the state machine: {0}")]
     StateMachine(String),
+    #[error("this member's identity file: {0}")]
+    Identity(String),
+    #[error(
+        "joining the cluster (--initial-cluster-state existing): no member of --initial-cluster \
+         knows a member with peer URL {peer_url}; add it first (etcdctl member add NAME \
+         --peer-urls={peer_url}). Answers: {answers}"
+    )]
+    Join { peer_url: String, answers: String },
     #[error(
         "the log was compacted through index {purged}, but the snapshot holding those entries \
          ({}) is {}; this member cannot rebuild its state from its own data. Put the snapshot \

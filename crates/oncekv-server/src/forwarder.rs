@@ -24,11 +24,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use oncekv_core::{Command, Response};
+use openraft::RaftMetrics;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::BatchLimits;
 use crate::error::ProposeError;
+use crate::membership::{Changed, MemberChange, MembershipError};
 use crate::network::PeerChannels;
 use crate::pb::oncekv::ForwardRequest;
 use crate::proposer::next_batch;
@@ -44,9 +46,19 @@ pub(crate) enum Forwarded {
     ReadIndex,
     /// Client commands to propose, answered with [`ForwardedReply::Responses`].
     ProposeBatch(Vec<Command>),
-    /// Record this client URL for the sending member in raft's membership (etcd's
-    /// "publish"), answered with [`ForwardedReply::Published`].
-    Publish { id: NodeId, client_url: String },
+    /// Record this name and client URL for the sending member in raft's membership
+    /// (etcd's "publish"), answered with [`ForwardedReply::Published`].
+    Publish {
+        id: NodeId,
+        name: String,
+        client_url: String,
+    },
+    /// A membership change, answered with [`ForwardedReply::Members`].
+    ChangeMembers(MemberChange),
+    /// Served by any member, not only the leader: who the member with this peer URL is,
+    /// for a member joining with `--initial-cluster-state existing`. Answered with
+    /// [`ForwardedReply::Identified`].
+    Identify { peer_url: String },
 }
 
 /// The leader's answer to a [`Forwarded`] request.
@@ -62,6 +74,20 @@ pub(crate) enum ForwardedReply {
     Published {
         changed: bool,
     },
+    Members(Result<Changed, MembershipError>),
+    Identified(Identified),
+}
+
+/// What a member knows of the member with a peer URL, by its applied (so committed)
+/// membership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Identified {
+    /// It is member `.0` of cluster `.1`.
+    Member(NodeId, u64),
+    /// A configuration without it is committed: it was removed (or never added).
+    NotAMember,
+    /// This member has applied no configuration yet (it is joining itself).
+    Unknown,
 }
 
 struct Pending {
@@ -89,8 +115,26 @@ struct Stats {
 #[derive(Debug)]
 struct Route {
     peers: PeerChannels,
+    /// The founding members: where a leader is looked up until raft's membership (in
+    /// `raft`'s metrics) names it.
     members: Arc<BTreeMap<NodeId, Member>>,
+    raft: tokio::sync::watch::Receiver<RaftMetrics<NodeId, Member>>,
     timeout: Duration,
+}
+
+impl Route {
+    /// Where `id`'s raft service is: raft's membership first (members added since
+    /// formation, peer URLs updated), then the founding list.
+    fn peer_url(&self, id: NodeId) -> Option<String> {
+        let from_raft = self
+            .raft
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|m| m.peer_url.clone());
+        from_raft.or_else(|| self.members.get(&id).map(|m| m.peer_url.clone()))
+    }
 }
 
 impl Forwarder {
@@ -99,6 +143,7 @@ impl Forwarder {
     pub fn spawn(
         peers: PeerChannels,
         members: Arc<BTreeMap<NodeId, Member>>,
+        raft: tokio::sync::watch::Receiver<RaftMetrics<NodeId, Member>>,
         limits: BatchLimits,
         timeout: Duration,
     ) -> Forwarder {
@@ -106,6 +151,7 @@ impl Forwarder {
         let route = Arc::new(Route {
             peers,
             members,
+            raft,
             timeout,
         });
         let stats = Arc::new(Stats::default());
@@ -144,16 +190,40 @@ impl Forwarder {
         }
     }
 
-    /// Asks `leader` to record `client_url` as member `id`'s in raft's membership.
+    /// Asks `leader` to record `name` and `client_url` as member `id`'s in raft's
+    /// membership.
     pub(crate) async fn publish(
         &self,
         leader: NodeId,
         id: NodeId,
+        name: String,
         client_url: String,
     ) -> Result<bool, ProposeError> {
-        match forward_rpc(&self.route, leader, &Forwarded::Publish { id, client_url }).await? {
+        let req = Forwarded::Publish {
+            id,
+            name,
+            client_url,
+        };
+        match forward_rpc(&self.route, leader, &req).await? {
             ForwardedReply::Published { changed } => Ok(changed),
             other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Asks the member at `url` who the member with `peer_url` is.
+    pub(crate) async fn identify(&self, url: &str, peer_url: &str) -> Result<Identified, String> {
+        identify(&self.route.peers, url, peer_url, self.route.timeout).await
+    }
+
+    /// Asks `leader` to make a membership change.
+    pub(crate) async fn change_members(
+        &self,
+        leader: NodeId,
+        change: MemberChange,
+    ) -> Result<Changed, MembershipError> {
+        match forward_rpc(&self.route, leader, &Forwarded::ChangeMembers(change)).await? {
+            ForwardedReply::Members(result) => result,
+            other => Err(unexpected(&other).into()),
         }
     }
 
@@ -251,14 +321,10 @@ async fn forward_rpc(
     req: &Forwarded,
 ) -> Result<ForwardedReply, ProposeError> {
     let (peers, timeout) = (&route.peers, route.timeout);
-    let url = route
-        .members
-        .get(&leader)
-        .map(|m| m.peer_url.as_str())
-        .ok_or(ProposeError::NoLeader)?;
+    let url = route.peer_url(leader).ok_or(ProposeError::NoLeader)?;
     let payload = postcard::to_allocvec(req).map_err(|e| ProposeError::Internal(e.to_string()))?;
     let mut client = peers
-        .raft_client(url)
+        .raft_client(&url)
         .map_err(ProposeError::PeerUnreachable)?;
     let payload = bytes::Bytes::from(payload);
     // Simulation only: the network may deliver this message a second time, later.
@@ -283,5 +349,33 @@ async fn forward_rpc(
     match reply {
         ForwardedReply::Error(e) => Err(e),
         other => Ok(other),
+    }
+}
+
+/// Asks the member at `url` who the member with `peer_url` is (its id and the cluster's):
+/// for a member joining a running cluster, and for one that may have been removed.
+pub(crate) async fn identify(
+    peers: &PeerChannels,
+    url: &str,
+    peer_url: &str,
+    timeout: Duration,
+) -> Result<Identified, String> {
+    let req = Forwarded::Identify {
+        peer_url: peer_url.to_string(),
+    };
+    let payload = postcard::to_allocvec(&req).map_err(|e| e.to_string())?;
+    let mut client = peers.raft_client(url)?;
+    let mut request = tonic::Request::new(ForwardRequest {
+        payload: payload.into(),
+    });
+    request.set_timeout(timeout);
+    let reply = client
+        .forward(request)
+        .await
+        .map_err(|s| s.message().to_string())?;
+    match postcard::from_bytes(&reply.into_inner().payload) {
+        Ok(ForwardedReply::Identified(found)) => Ok(found),
+        Ok(other) => Err(format!("unexpected reply: {other:?}")),
+        Err(e) => Err(format!("undecodable reply: {e}")),
     }
 }

@@ -13,6 +13,7 @@
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers;
 //!   [`http`]: `/metrics`, `/health` and the other HTTP routes beside gRPC on the client
 //!   port, with [`metrics`], the member's Prometheus registry.
+//! - [`membership`]: adding, removing and promoting members; a member's identity.
 //! - [`compactor`]: etcd's auto-compaction, decided by the leader through the log.
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
 //! - [`authority`]: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
@@ -27,6 +28,7 @@ pub mod etcd;
 pub mod forwarder;
 pub mod http;
 pub mod log_store;
+pub mod membership;
 pub mod metrics;
 pub mod network;
 pub mod node;
@@ -40,5 +42,5 @@ pub mod transport;
 pub mod types;
 
 pub use config::NodeConfig;
-pub use node::Node;
+pub use node::{Node, Stopped};
 pub use types::Member;

@@ -14,9 +14,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::Connected;
 
-use crate::config::NodeConfig;
+use crate::config::{ClusterState, NodeConfig};
 use crate::error::{ProposeError, StartError};
+use crate::forwarder::Identified;
 use crate::log_store::{FsyncObserver, LogStore, LogStoreOptions};
+use crate::membership::{Identity, founding_cluster_id};
 use crate::metrics::NodeMetrics;
 use crate::network::{Network, PeerChannels};
 use crate::request_path::NodeCore;
@@ -34,8 +36,9 @@ pub struct Node {
     pub peer_addr: SocketAddr,
     stop: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
-    /// Set when raft stopped by itself: a storage error it cannot go on after.
-    fatal: watch::Receiver<Option<String>>,
+    /// Set when this member cannot go on: raft stopped on a storage error, or the
+    /// member was removed from the cluster.
+    fatal: watch::Receiver<Option<Stopped>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -110,15 +113,33 @@ impl Node {
         connector: Option<Connector>,
         #[cfg(feature = "sim")] duplicator: Option<Arc<dyn Duplicator>>,
     ) -> Result<Arc<NodeCore>, StartError> {
-        let id = member_id(&config.name);
+        if !config.initial_cluster.iter().any(|m| m.name == config.name) {
+            return Err(StartError::NotAMember(config.name.clone()));
+        }
+        let mut peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
+        if let Some(c) = connector {
+            peers = peers.with_connector(c);
+        }
+        #[cfg(feature = "sim")]
+        if let Some(d) = duplicator {
+            peers = peers.with_duplicator(d);
+        }
+        let identity = identity(&config, &peers).await?;
+        let id = identity.member_id;
+        // The founding members by id; this member under its own id, which for a member
+        // that joined later is the one MemberAdd gave it, not one derived from its name.
         let members: BTreeMap<NodeId, Member> = config
             .initial_cluster
             .iter()
-            .map(|m| (member_id(&m.name), m.clone()))
+            .map(|m| {
+                let mid = if m.name == config.name {
+                    id
+                } else {
+                    member_id(&m.name)
+                };
+                (mid, m.clone())
+            })
             .collect();
-        if !members.contains_key(&id) {
-            return Err(StartError::NotAMember(config.name.clone()));
-        }
 
         let metrics = Arc::new(
             NodeMetrics::new().map_err(|e| StartError::Raft(format!("metrics registry: {e}")))?,
@@ -174,14 +195,6 @@ impl Node {
         }
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        let mut peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
-        if let Some(c) = connector {
-            peers = peers.with_connector(c);
-        }
-        #[cfg(feature = "sim")]
-        if let Some(d) = duplicator {
-            peers = peers.with_duplicator(d);
-        }
         let network = Network {
             peers: peers.clone(),
         };
@@ -189,10 +202,12 @@ impl Node {
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
 
-        if !raft
-            .is_initialized()
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?
+        let founding = config.initial_cluster_state == ClusterState::New;
+        if founding
+            && !raft
+                .is_initialized()
+                .await
+                .map_err(|e| StartError::Raft(e.to_string()))?
         {
             // Every member calls this with the same membership; openraft makes one leader.
             if let Err(e) = raft.initialize(members.clone()).await {
@@ -201,7 +216,13 @@ impl Node {
         }
 
         Ok(Arc::new(NodeCore::new(
-            config, raft, applied, peers, members, torn_tail, metrics,
+            config,
+            raft,
+            applied,
+            peers,
+            (identity, members),
+            torn_tail,
+            metrics,
         )))
     }
 
@@ -272,15 +293,15 @@ impl Node {
         }));
     }
 
-    /// Resolves when this member can no longer serve because raft stopped on an error it
-    /// cannot recover from (a failed write or fsync of the log or a snapshot: a full disk,
-    /// an I/O error), with the error. etcd exits then, so that a supervisor restarts it
-    /// rather than leaving a process that answers every request with "server stopped";
-    /// `oncekv serve` does the same.
-    pub async fn failed(&self) -> String {
+    /// Resolves when this member can no longer serve: raft stopped on an error it cannot
+    /// recover from (a failed write or fsync of the log or a snapshot: a full disk, an I/O
+    /// error), or a configuration without this member was committed. etcd exits then, so
+    /// that a supervisor restarts it rather than leaving a process that answers every
+    /// request with "server stopped"; `oncekv serve` does the same.
+    pub async fn failed(&self) -> Stopped {
         let mut fatal = self.fatal.clone();
         match fatal.wait_for(|f| f.is_some()).await {
-            Ok(f) => f.clone().unwrap_or_default(),
+            Ok(f) => f.clone().unwrap_or(Stopped::Fatal(String::new())),
             // The watcher ended without a verdict: the node is shutting down.
             Err(_) => std::future::pending().await,
         }
@@ -302,6 +323,70 @@ impl Node {
             tracing::warn!("raft shutdown: {e}");
         }
     }
+}
+
+/// This member's identity: the one saved in its data directory, or at the first start
+/// the founding one (from `--initial-cluster`) or the one the running cluster gave it
+/// (asked of the other members listed in `--initial-cluster`), then saved.
+async fn identity(config: &NodeConfig, peers: &PeerChannels) -> Result<Identity, StartError> {
+    let disk = config.disk.as_ref();
+    if let Some(saved) = Identity::load(disk, &config.data_dir).map_err(StartError::Identity)? {
+        return Ok(saved);
+    }
+    let identity = match config.initial_cluster_state {
+        ClusterState::New => {
+            let founders = config
+                .initial_cluster
+                .iter()
+                .map(|m| (member_id(&m.name), m.clone()))
+                .collect();
+            Identity {
+                member_id: member_id(&config.name),
+                cluster_id: founding_cluster_id(&founders),
+            }
+        }
+        ClusterState::Existing => join(config, peers).await?,
+    };
+    identity
+        .save(disk, &config.data_dir)
+        .map_err(StartError::Identity)?;
+    Ok(identity)
+}
+
+/// Asks the other members of `--initial-cluster` who this member is, by its peer URL,
+/// until one knows (MemberAdd must have added it).
+async fn join(config: &NodeConfig, peers: &PeerChannels) -> Result<Identity, StartError> {
+    let own = config
+        .initial_cluster
+        .iter()
+        .find(|m| m.name == config.name)
+        .map(|m| m.peer_url.clone())
+        .unwrap_or_default();
+    let mut answers = Vec::new();
+    for attempt in 0..10 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        answers.clear();
+        for m in config.initial_cluster.iter().filter(|m| m.peer_url != own) {
+            match crate::forwarder::identify(peers, &m.peer_url, &own, Duration::from_secs(2)).await
+            {
+                Ok(Identified::Member(member_id, cluster_id)) => {
+                    return Ok(Identity {
+                        member_id,
+                        cluster_id,
+                    });
+                }
+                Ok(Identified::NotAMember) => answers.push(format!("{}: not a member", m.peer_url)),
+                Ok(Identified::Unknown) => answers.push(format!("{}: still joining", m.peer_url)),
+                Err(e) => answers.push(format!("{}: {e}", m.peer_url)),
+            }
+        }
+    }
+    Err(StartError::Join {
+        peer_url: own,
+        answers: answers.join("; "),
+    })
 }
 
 /// Every heartbeat: fails the waiters past their deadline (on every member), and on the
@@ -367,24 +452,100 @@ async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>
     }
 }
 
-/// Watches raft for a fatal stop (its core task ended with an error) and reports it.
+/// Why a member stopped serving by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// Raft stopped on this error (a storage failure).
+    Fatal(String),
+    /// A configuration without this member was committed.
+    Removed,
+}
+
+/// Watches raft for a fatal stop (its core task ended with an error) or this member's
+/// removal, and reports it.
+///
+/// A removal is final once a configuration without this member is committed. The
+/// leader stops replicating to a removed member once that configuration is appended, so
+/// the member may never learn of it itself: it only stops hearing from a leader. So when
+/// the configuration in effect here leaves this member out but is not applied, or when
+/// this member knows no leader, it asks the other members of that configuration, whose
+/// applied state says whether a removal is committed (as etcd's peers tell a removed
+/// member that contacts them).
 async fn fatal_watch(
     core: Arc<NodeCore>,
-    fatal: watch::Sender<Option<String>>,
+    fatal: watch::Sender<Option<Stopped>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut metrics = core.raft().metrics();
+    let own_peer_url = core
+        .members()
+        .get(&core.id())
+        .map(|m| m.peer_url.clone())
+        .unwrap_or_default();
     loop {
-        if let Err(e) = &metrics.borrow_and_update().running_state {
-            tracing::error!(name = %core.config().name, "raft stopped: {e}");
-            let _ = fatal.send(Some(e.to_string()));
+        let (verdict, ask) = {
+            let m = metrics.borrow_and_update();
+            match &m.running_state {
+                Err(e) => (Some(Stopped::Fatal(e.to_string())), Vec::new()),
+                Ok(()) => {
+                    let config = &m.membership_config;
+                    let applied = m.last_applied.map_or(0, |l| l.index);
+                    let left_out = config.log_id().is_some_and(|l| l.index > 0)
+                        && config.membership().get_node(&core.id()).is_none();
+                    let committed = config.log_id().is_some_and(|l| l.index <= applied);
+                    let leaderless =
+                        m.current_leader.is_none() && config.log_id().is_some_and(|l| l.index > 0);
+                    if left_out && committed {
+                        (Some(Stopped::Removed), Vec::new())
+                    } else if left_out || leaderless {
+                        let urls = config
+                            .membership()
+                            .nodes()
+                            .map(|(_, n)| n.peer_url.clone())
+                            .filter(|u| *u != own_peer_url)
+                            .collect();
+                        (None, urls)
+                    } else {
+                        (None, Vec::new())
+                    }
+                }
+            }
+        };
+        let mut verdict = verdict;
+        for url in &ask {
+            let answer = core.forwarder().identify(url, &own_peer_url).await;
+            if answer == Ok(Identified::NotAMember) {
+                verdict = Some(Stopped::Removed);
+                break;
+            }
+        }
+        if let Some(verdict) = verdict {
+            match &verdict {
+                Stopped::Fatal(e) => {
+                    tracing::error!(name = %core.config().name, "raft stopped: {e}")
+                }
+                Stopped::Removed => tracing::warn!(
+                    name = %core.config().name,
+                    "this member has been permanently removed from the cluster"
+                ),
+            }
+            let _ = fatal.send(Some(verdict));
             return;
         }
+        // Asking again in a while if nothing changes meanwhile.
+        let recheck = async {
+            if ask.is_empty() {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(Duration::from_secs(1)).await
+            }
+        };
         tokio::select! {
             _ = stop.changed() => return,
+            _ = recheck => {}
             changed = metrics.changed() => if changed.is_err() {
                 if !*stop.borrow() {
-                    let _ = fatal.send(Some("raft stopped unexpectedly".to_string()));
+                    let _ = fatal.send(Some(Stopped::Fatal("raft stopped unexpectedly".to_string())));
                 }
                 return;
             },

@@ -24,8 +24,9 @@ use openraft::RaftMetrics;
 
 use crate::config::NodeConfig;
 use crate::error::{ApiError, ProposeError};
-use crate::forwarder::{Forwarded, ForwardedReply, Forwarder};
+use crate::forwarder::{Forwarded, ForwardedReply, Forwarder, Identified};
 use crate::log_store::TornTail;
+use crate::membership::Identity;
 use crate::metrics::SharedMetrics;
 use crate::network::PeerChannels;
 use crate::pb::etcdserverpb::ResponseHeader;
@@ -33,7 +34,7 @@ use crate::proposer::Proposer;
 use crate::sm_store::Applied;
 #[cfg(feature = "sim")]
 use crate::transport::MessageKind;
-use crate::types::{Member, NodeId, Raft, member_id};
+use crate::types::{Member, NodeId, Raft};
 
 /// A tracked request, by `(client_id, seq, op fingerprint)`.
 type RequestKey = (u64, u64, u64);
@@ -91,7 +92,7 @@ impl NodeCore {
         raft: Raft,
         applied: Arc<Applied>,
         peers: PeerChannels,
-        members: BTreeMap<NodeId, Member>,
+        (identity, members): (Identity, BTreeMap<NodeId, Member>),
         torn_tail: Option<TornTail>,
         metrics: SharedMetrics,
     ) -> NodeCore {
@@ -106,12 +107,13 @@ impl NodeCore {
         let forwarder = Forwarder::spawn(
             peers.clone(),
             members.clone(),
+            raft.metrics(),
             config.batch,
             config.request_timeout,
         );
         NodeCore {
-            id: member_id(&config.name),
-            cluster_id: cluster_id(&members),
+            id: identity.member_id,
+            cluster_id: identity.cluster_id,
             config,
             raft,
             applied,
@@ -129,6 +131,15 @@ impl NodeCore {
     /// This member's id.
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// This member's cluster's id (etcd's `cluster_id` in response headers).
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    pub(crate) fn forwarder(&self) -> &Forwarder {
+        &self.forwarder
     }
 
     /// This member's Prometheus metrics.
@@ -370,11 +381,19 @@ impl NodeCore {
             Forwarded::ProposeBatch(commands) => {
                 ForwardedReply::Responses(self.propose_forwarded(commands).await)
             }
-            Forwarded::Publish { id, client_url } => {
-                match self.publish_local(id, client_url).await {
-                    Ok(changed) => ForwardedReply::Published { changed },
-                    Err(e) => ForwardedReply::Error(e),
-                }
+            Forwarded::Publish {
+                id,
+                name,
+                client_url,
+            } => match self.publish_local(id, name, client_url).await {
+                Ok(changed) => ForwardedReply::Published { changed },
+                Err(e) => ForwardedReply::Error(e),
+            },
+            Forwarded::ChangeMembers(change) => {
+                ForwardedReply::Members(self.change_members_local(change).await)
+            }
+            Forwarded::Identify { peer_url } => {
+                ForwardedReply::Identified(self.identify(&peer_url))
             }
         }
     }
@@ -446,6 +465,23 @@ impl NodeCore {
             .collect()
     }
 
+    /// Who the member with `peer_url` is, by this member's applied (committed)
+    /// membership.
+    pub(crate) fn identify(&self, peer_url: &str) -> Identified {
+        let inner = self.applied.read();
+        if inner.membership.log_id().is_none() {
+            return Identified::Unknown;
+        }
+        inner
+            .membership
+            .membership()
+            .nodes()
+            .find(|(_, m)| m.peer_url == peer_url)
+            .map_or(Identified::NotAMember, |(id, _)| {
+                Identified::Member(*id, self.cluster_id)
+            })
+    }
+
     /// Whether the membership in effect is still the one each member wrote for itself at
     /// formation (log index 0), which differs between members in the client URLs.
     pub fn membership_is_initial(&self) -> bool {
@@ -462,17 +498,29 @@ impl NodeCore {
     /// A follower asks the leader.
     /// Returns whether it took a membership entry (false: the leader had it already).
     pub(crate) async fn publish(&self, client_url: String) -> Result<bool, ProposeError> {
+        let name = self.config.name.clone();
         match self.leader() {
-            Some(leader) if leader == self.id => self.publish_local(self.id, client_url).await,
-            Some(leader) => self.forwarder.publish(leader, self.id, client_url).await,
+            Some(leader) if leader == self.id => {
+                self.publish_local(self.id, name, client_url).await
+            }
+            Some(leader) => {
+                self.forwarder
+                    .publish(leader, self.id, name, client_url)
+                    .await
+            }
             None => Err(ProposeError::NoLeader),
         }
     }
 
-    /// On the leader: sets member `id`'s client URL, keeping its name and peer URL as the
+    /// On the leader: sets member `id`'s name and client URL, keeping its peer URL as the
     /// membership has them (a peer can change where clients find it, never where raft
     /// reaches it).
-    async fn publish_local(&self, id: NodeId, client_url: String) -> Result<bool, ProposeError> {
+    async fn publish_local(
+        &self,
+        id: NodeId,
+        name: String,
+        client_url: String,
+    ) -> Result<bool, ProposeError> {
         use openraft::ChangeMembers;
         use openraft::error::{ClientWriteError, RaftError};
         let Some(mut member) = self.membership().remove(&id) else {
@@ -480,10 +528,12 @@ impl NodeCore {
                 "member {id:x} is not in the membership"
             )));
         };
-        if member.client_url == client_url {
+        if member.client_url == client_url && member.name == name {
             return Ok(false);
         }
         member.client_url = client_url;
+        // A member added by MemberAdd is known by its peer URL only until it starts.
+        member.name = name;
         let change = ChangeMembers::SetNodes(BTreeMap::from([(id, member)]));
         let fut = self.raft.change_membership(change, false);
         match tokio::time::timeout(self.config.request_timeout, fut).await {
@@ -532,11 +582,4 @@ impl NodeCore {
             tracing::debug!("tick: {e}");
         }
     }
-}
-
-/// etcd's cluster id, the same on every member: derived from the member ids.
-fn cluster_id(members: &BTreeMap<NodeId, Member>) -> u64 {
-    members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| {
-        (h ^ id).wrapping_mul(0x100_0000_01b3)
-    })
 }

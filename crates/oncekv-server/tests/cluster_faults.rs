@@ -102,28 +102,16 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
     );
 
     cluster.restart(follower).await;
-    let target = cluster
-        .node(leader)
-        .core
-        .applied()
-        .read()
-        .sm
-        .applied_index();
-    cluster.wait_applied(target, Duration::from_secs(20)).await;
+    cluster
+        .wait_caught_up(leader, Duration::from_secs(20))
+        .await;
 
     let f = cluster.node(follower);
     let installed = f.core.metrics().snapshot.map_or(0, |s| s.index);
     assert!(installed > 0, "the follower caught up without a snapshot");
     // Compare at equal applied index: wait for quiet, then compare whole-state hashes.
-    let leader_applied = cluster
-        .node(leader)
-        .core
-        .applied()
-        .read()
-        .sm
-        .applied_index();
     cluster
-        .wait_applied(leader_applied, Duration::from_secs(10))
+        .wait_caught_up(leader, Duration::from_secs(10))
         .await;
     let (lh, ls, li) = {
         let l = cluster.node(leader).core.applied().read();

@@ -35,14 +35,9 @@ async fn cluster_with_a_stopped_follower() -> (TestCluster, usize, usize) {
     for i in 0..100 {
         put(&mut kv, &format!("k{i:03}"), "v").await.unwrap();
     }
-    let applied = cluster
-        .node(leader)
-        .core
-        .applied()
-        .read()
-        .sm
-        .applied_index();
-    cluster.wait_applied(applied, Duration::from_secs(10)).await;
+    cluster
+        .wait_caught_up(leader, Duration::from_secs(10))
+        .await;
     let follower = (leader + 1) % 3;
     cluster.stop(follower).await;
     (cluster, leader, follower)
@@ -69,14 +64,9 @@ async fn corrupted_last_record_is_detected_and_cut_on_restart() {
     assert!(cut.offset < len && cut.dropped_bytes > 0, "{cut:?}");
 
     // The member catches up and agrees with the leader.
-    let target = cluster
-        .node(leader)
-        .core
-        .applied()
-        .read()
-        .sm
-        .applied_index();
-    cluster.wait_applied(target, Duration::from_secs(10)).await;
+    cluster
+        .wait_caught_up(leader, Duration::from_secs(10))
+        .await;
     let lh = cluster.node(leader).core.applied().read().sm.state_hash();
     let fh = cluster.node(follower).core.applied().read().sm.state_hash();
     assert_eq!(lh, fh);

@@ -484,14 +484,7 @@ async fn watcher_on_a_member_that_installs_a_snapshot_misses_nothing() {
     let follower = (leader + 1) % 3;
     let mut kv = cluster.kv(leader).await;
     let before = put(&mut kv, "s/0", "x").await.unwrap();
-    let applied = cluster
-        .node(leader)
-        .core
-        .applied()
-        .read()
-        .sm
-        .applied_index();
-    cluster.wait_applied(applied, LEADER_WAIT).await;
+    cluster.wait_caught_up(leader, LEADER_WAIT).await;
     cluster.stop(follower).await;
     let mut last = before;
     for i in 1..300 {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
+use oncekv_server::config::ClusterState;
 use oncekv_server::error::StartError;
 use oncekv_server::types::Member;
 use oncekv_server::{Node, NodeConfig};
@@ -161,11 +162,78 @@ impl LocalCluster {
         }
     }
 
+    /// Binds the ports of a member `n{len+1}` to be added, and makes its config: every
+    /// member so far plus itself as `--initial-cluster`, joining an existing cluster, with
+    /// `template`'s other settings. Add it with MemberAdd (its [`Joining::peer_url`]), then
+    /// [`join`](Self::join) starts it.
+    pub async fn prepare_member(&self, template: &NodeConfig) -> Result<Joining, StartError> {
+        let (client, peer) = (bind_any().await?, bind_any().await?);
+        let (c, p) = (local_addr(&client)?, local_addr(&peer)?);
+        let name = format!("n{}", self.len() + 1);
+        let mut initial: Vec<Member> = self
+            .configs
+            .iter()
+            .filter_map(|cfg| cfg.initial_cluster.iter().find(|m| m.name == cfg.name))
+            .cloned()
+            .collect();
+        initial.push(Member {
+            name: name.clone(),
+            peer_url: format!("http://{p}"),
+            client_url: format!("http://{c}"),
+        });
+        let root = template
+            .data_dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let mut config = template.clone();
+        config.name = name.clone();
+        config.data_dir = root.join(&name);
+        config.client_addr = c;
+        config.peer_addr = p;
+        config.initial_cluster = initial;
+        config.initial_cluster_state = ClusterState::Existing;
+        Ok(Joining {
+            config,
+            client,
+            peer,
+        })
+    }
+
+    /// Starts a member prepared by [`prepare_member`](Self::prepare_member) (after
+    /// MemberAdd added it); returns its index.
+    pub async fn join(&mut self, joining: Joining) -> Result<usize, StartError> {
+        let node = Node::start_with_listeners(joining.config.clone(), joining.client, joining.peer)
+            .await?;
+        self.configs.push(joining.config);
+        self.nodes.push(Some(node));
+        Ok(self.configs.len() - 1)
+    }
+
     /// Stops every member.
     pub async fn shutdown(mut self) {
         for i in 0..self.len() {
             self.stop(i).await;
         }
+    }
+}
+
+/// A member about to join: its config and its bound ports.
+#[derive(Debug)]
+pub struct Joining {
+    pub config: NodeConfig,
+    client: TcpListener,
+    peer: TcpListener,
+}
+
+impl Joining {
+    /// The peer URL to give MemberAdd.
+    pub fn peer_url(&self) -> String {
+        format!("http://{}", self.config.peer_addr)
+    }
+
+    pub fn client_url(&self) -> String {
+        format!("http://{}", self.config.client_addr)
     }
 }
 
@@ -251,6 +319,13 @@ impl TempCluster {
                 .collect();
             panic!("not applied to {index} within {timeout:?}: {applied:?}");
         }
+    }
+
+    /// Waits until every running member has applied what member `leader` has applied so
+    /// far: after it, their states can be compared.
+    pub async fn wait_caught_up(&self, leader: usize, timeout: Duration) {
+        let applied = self.node(leader).core.applied().read().sm.applied_index();
+        self.wait_applied(applied, timeout).await;
     }
 
     /// Waits until `cond` holds.

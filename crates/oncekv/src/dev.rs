@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use oncekv_server::{Member, Node, NodeConfig};
+use oncekv_server::{Member, Node, NodeConfig, Stopped};
 
 use crate::serve::Tuning;
 
@@ -181,16 +181,32 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
     );
     println!("  etcdctl --endpoints={} get greeting", endpoints.join(","));
     println!("ctrl-c stops the cluster");
-    let failed = futures::future::select_all(nodes.iter().map(|n| Box::pin(n.failed())));
-    tokio::select! {
-        signal = tokio::signal::ctrl_c() => {
-            signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
-        }
-        (error, i, _) = failed => {
-            let name = layout.get(i).map_or("?", |(n, _, _)| n.as_str());
-            return Err(format!("member {name} stopped on a storage error: {error}"));
+    let mut running: Vec<(String, Node)> = layout
+        .iter()
+        .map(|(name, _, _)| name.clone())
+        .zip(nodes)
+        .collect();
+    while !running.is_empty() {
+        let failed = futures::future::select_all(running.iter().map(|(_, n)| Box::pin(n.failed())));
+        let (stopped, i) = tokio::select! {
+            signal = tokio::signal::ctrl_c() => {
+                signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+                break;
+            }
+            (stopped, i, _) = failed => (stopped, i),
+        };
+        let (name, node) = running.remove(i);
+        node.shutdown().await;
+        match stopped {
+            Stopped::Removed => {
+                println!("oncekv dev: member {name} was removed from the cluster and stopped");
+            }
+            Stopped::Fatal(error) => {
+                return Err(format!("member {name} stopped on a storage error: {error}"));
+            }
         }
     }
+    let nodes: Vec<Node> = running.into_iter().map(|(_, n)| n).collect();
     // stdout may be closed by now (a pipe whose reader left); stopping must not fail.
     let _ = writeln!(std::io::stdout(), "oncekv dev: stopping");
     for node in nodes {

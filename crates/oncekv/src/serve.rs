@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 use oncekv_core::Settings;
-use oncekv_server::{Member, Node, NodeConfig};
+use oncekv_server::config::ClusterState;
+use oncekv_server::{Member, Node, NodeConfig, Stopped};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -32,6 +33,11 @@ pub struct ServeArgs {
     /// Every member as name=peer-url, comma separated (the same on every member).
     #[arg(long, default_value = "default=http://127.0.0.1:2380")]
     pub initial_cluster: String,
+    /// "new" to found the cluster with --initial-cluster (every founding member starts
+    /// this way), "existing" to join a running cluster that added this member first
+    /// (etcdctl member add). Read only at the first start.
+    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
+    pub initial_cluster_state: String,
     #[command(flatten)]
     pub tuning: Tuning,
 }
@@ -160,6 +166,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
     args.tuning.apply(&mut config)?;
+    if args.initial_cluster_state == "existing" {
+        config.initial_cluster_state = ClusterState::Existing;
+    }
     let mut metrics_listeners = Vec::new();
     for url in args
         .listen_metrics_urls
@@ -192,13 +201,22 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         signal = tokio::signal::ctrl_c() => {
             signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
         }
-        error = node.failed() => {
+        stopped = node.failed() => {
             node.shutdown().await;
-            return Err(format!(
-                "member {} stopped on a storage error and exits (restart it once the cause is fixed; \
-                 what it acknowledged is durable): {error}",
-                args.name
-            ));
+            return match stopped {
+                Stopped::Removed => {
+                    eprintln!(
+                        "oncekv: member {} has been permanently removed from the cluster; exiting",
+                        args.name
+                    );
+                    Ok(())
+                }
+                Stopped::Fatal(error) => Err(format!(
+                    "member {} stopped on a storage error and exits (restart it once the cause \
+                     is fixed; what it acknowledged is durable): {error}",
+                    args.name
+                )),
+            };
         }
     }
     eprintln!("oncekv: stopping");

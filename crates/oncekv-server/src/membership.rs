@@ -1,0 +1,393 @@
+//! Growing and shrinking the cluster (etcd's MemberAdd / MemberRemove / MemberUpdate /
+//! MemberPromote) on openraft's learners and joint consensus, and how a member knows who
+//! it is.
+//!
+//! - A voter is added as etcd adds one: the new member enters the configuration at once
+//!   (a learner entry, then a joint-consensus change to voters), before its process has
+//!   started; it then starts with `--initial-cluster-state existing`, asks a peer for the
+//!   membership, finds itself by its peer URL, and gets the leader's snapshot (sessions and
+//!   saved replies included, so exactly-once holds across the change).
+//! - A learner is added with only the learner entry; promoting it is the change to voters,
+//!   refused (as etcd does) until it has nearly caught up with the leader's log.
+//! - Removing a member, the leader included, is one joint-consensus change. openraft's
+//!   leader steps down once a configuration without it is committed; a member that finds
+//!   itself outside the configuration stops ([`Node::failed`](crate::Node::failed) says
+//!   so), as etcd's removed member does.
+//!
+//! Every change runs on the leader; a follower forwards it. etcd's checks and messages:
+//! peer URLs in use, the member not found, one learner at most, promoting a voter or a
+//! learner still behind.
+//!
+//! A member's identity (its id and the cluster's) is decided at its first start, from
+//! `--initial-cluster` for a founding member (ids from names, so every founder computes
+//! the same) or from the running cluster for a joining one, and kept in the data
+//! directory's `member` file, so later restarts do not depend on the flags staying the
+//! same.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use openraft::ChangeMembers;
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use serde::{Deserialize, Serialize};
+
+use crate::disk::Disk;
+use crate::error::ProposeError;
+use crate::request_path::NodeCore;
+use crate::types::{Member, NodeId};
+
+/// The most learners a cluster may have at once (etcd 3.4's limit).
+pub const MAX_LEARNERS: usize = 1;
+
+/// A learner is in sync, for promotion, once it has this share of the leader's log
+/// (etcd's `readyPercent`).
+const READY_PERCENT: f64 = 0.9;
+
+/// One membership change, as the Cluster service asks for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberChange {
+    Add { peer_url: String, learner: bool },
+    Remove { id: NodeId },
+    Update { id: NodeId, peer_url: String },
+    Promote { id: NodeId },
+}
+
+/// A member as the Cluster service reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    pub id: NodeId,
+    pub member: Member,
+    pub learner: bool,
+}
+
+/// What a change answers: the member it added (for MemberAdd), and the members after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changed {
+    pub added: Option<NodeId>,
+    pub members: Vec<MemberInfo>,
+}
+
+/// Why a change was refused, with etcd's messages.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum MembershipError {
+    #[error("etcdserver: member not found")]
+    NotFound,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    #[error("etcdserver: can only promote a learner member")]
+    NotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
+    #[error("etcdserver: peer URL {0:?} is not http://IP:PORT")]
+    BadPeerUrl(String),
+    /// openraft refused it: another change is still in progress, or the change would
+    /// leave no voter.
+    #[error("etcdserver: membership change refused: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+}
+
+impl MembershipError {
+    /// etcd's gRPC status code for it.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            MembershipError::NotFound => tonic::Code::NotFound,
+            MembershipError::BadPeerUrl(_) => tonic::Code::InvalidArgument,
+            MembershipError::Propose(e) => {
+                tonic::Status::from(crate::error::ApiError::from(e.clone())).code()
+            }
+            _ => tonic::Code::FailedPrecondition,
+        }
+    }
+}
+
+impl From<MembershipError> for tonic::Status {
+    fn from(e: MembershipError) -> tonic::Status {
+        match e {
+            MembershipError::Propose(p) => crate::error::ApiError::from(p).into(),
+            other => tonic::Status::new(other.code(), other.to_string()),
+        }
+    }
+}
+
+/// The members of `membership` (both halves of a joint configuration), by id.
+pub fn members_of(membership: &openraft::Membership<NodeId, Member>) -> Vec<MemberInfo> {
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, m)| MemberInfo {
+            id: *id,
+            member: m.clone(),
+            learner: !voters.contains(id),
+        })
+        .collect()
+}
+
+/// A fresh member id for a member added with `peer_url`: from the URL and the time, as
+/// etcd derives one, so that a member removed and added again at the same URL is a new
+/// member to raft.
+fn new_member_id(peer_url: &str, now_ns: u128, taken: &BTreeSet<NodeId>) -> NodeId {
+    let mut salt = now_ns;
+    loop {
+        let id = crate::types::member_id(&format!("{peer_url}#{salt}"));
+        if !taken.contains(&id) {
+            return id;
+        }
+        salt = salt.wrapping_add(1);
+    }
+}
+
+impl NodeCore {
+    /// Makes `change` on the leader (forwarding it from a follower).
+    pub async fn change_members(&self, change: MemberChange) -> Result<Changed, MembershipError> {
+        match self.leader() {
+            Some(leader) if leader == self.id() => self.change_members_local(change).await,
+            Some(leader) => self.forwarder().change_members(leader, change).await,
+            None => Err(ProposeError::NoLeader.into()),
+        }
+    }
+
+    /// On the leader: checks `change` against the membership in effect and proposes it.
+    pub(crate) async fn change_members_local(
+        &self,
+        change: MemberChange,
+    ) -> Result<Changed, MembershipError> {
+        let metrics = self.metrics();
+        if metrics.current_leader != Some(self.id()) {
+            return Err(ProposeError::NotLeader {
+                leader: metrics.current_leader,
+            }
+            .into());
+        }
+        let membership = metrics.membership_config.membership().clone();
+        let current = members_of(&membership);
+        let find = |id: NodeId| current.iter().find(|m| m.id == id).cloned();
+        let url_taken = |url: &str, except: Option<NodeId>| {
+            current
+                .iter()
+                .any(|m| m.member.peer_url == url && Some(m.id) != except)
+        };
+        let mut added = None;
+        let result = match change {
+            MemberChange::Add { peer_url, learner } => {
+                check_peer_url(&peer_url)?;
+                if url_taken(&peer_url, None) {
+                    return Err(MembershipError::PeerUrlExists);
+                }
+                if learner && current.iter().filter(|m| m.learner).count() >= MAX_LEARNERS {
+                    return Err(MembershipError::TooManyLearners);
+                }
+                let taken = current.iter().map(|m| m.id).collect();
+                let now_ns = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let id = new_member_id(&peer_url, now_ns, &taken);
+                let node = Member {
+                    name: String::new(),
+                    peer_url,
+                    client_url: String::new(),
+                };
+                added = Some(id);
+                // Not blocking: the new member's process may not be running yet.
+                let learner_added = self.timed(self.raft().add_learner(id, node, false)).await?;
+                if learner {
+                    learner_added
+                } else {
+                    self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
+                        .await?
+                }
+            }
+            MemberChange::Remove { id } => {
+                let m = find(id).ok_or(MembershipError::NotFound)?;
+                let change = if m.learner {
+                    ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+                } else {
+                    ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+                };
+                self.change(change).await?
+            }
+            MemberChange::Update { id, peer_url } => {
+                check_peer_url(&peer_url)?;
+                let m = find(id).ok_or(MembershipError::NotFound)?;
+                if url_taken(&peer_url, Some(id)) {
+                    return Err(MembershipError::PeerUrlExists);
+                }
+                let node = Member {
+                    peer_url,
+                    ..m.member
+                };
+                self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])))
+                    .await?
+            }
+            MemberChange::Promote { id } => {
+                let m = find(id).ok_or(MembershipError::NotFound)?;
+                if !m.learner {
+                    return Err(MembershipError::NotLearner);
+                }
+                let leader_last = metrics.last_log_index.unwrap_or(0);
+                let matched = metrics
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).cloned().flatten())
+                    .map_or(0, |l| l.index);
+                if (matched as f64) < (leader_last as f64) * READY_PERCENT {
+                    return Err(MembershipError::LearnerNotReady);
+                }
+                self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
+                    .await?
+            }
+        };
+        let members = result
+            .membership
+            .as_ref()
+            .map(members_of)
+            .unwrap_or_else(|| members_of(&self.metrics().membership_config.membership().clone()));
+        Ok(Changed { added, members })
+    }
+
+    async fn change(
+        &self,
+        change: ChangeMembers<NodeId, Member>,
+    ) -> Result<openraft::raft::ClientWriteResponse<crate::types::TypeConfig>, MembershipError>
+    {
+        // `retain: false`: a voter removed leaves the configuration entirely rather than
+        // staying on as a learner.
+        self.timed(self.raft().change_membership(change, false))
+            .await
+    }
+
+    /// `fut` within the request timeout, with openraft's refusals as etcd's.
+    async fn timed<T>(
+        &self,
+        fut: impl Future<Output = Result<T, RaftError<NodeId, ClientWriteError<NodeId, Member>>>>,
+    ) -> Result<T, MembershipError> {
+        match tokio::time::timeout(self.config().request_timeout, fut).await {
+            Err(_) => Err(ProposeError::Timeout.into()),
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader {
+                    leader: f.leader_id,
+                }
+                .into())
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(match e {
+                    ChangeMembershipError::LearnerNotFound(_) => MembershipError::NotFound,
+                    other => MembershipError::Refused(other.to_string()),
+                })
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped.into()),
+        }
+    }
+}
+
+fn check_peer_url(url: &str) -> Result<(), MembershipError> {
+    let ok = url
+        .strip_prefix("http://")
+        .map(|r| r.trim_end_matches('/'))
+        .is_some_and(|hp| hp.parse::<std::net::SocketAddr>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(MembershipError::BadPeerUrl(url.to_string()))
+    }
+}
+
+/// Who a member is: its own id and its cluster's. Kept in the data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub member_id: NodeId,
+    pub cluster_id: u64,
+}
+
+const IDENTITY_FILE: &str = "member";
+
+impl Identity {
+    /// The identity saved in `data_dir`, if any.
+    pub fn load(disk: &dyn Disk, data_dir: &Path) -> Result<Option<Identity>, String> {
+        let path = data_dir.join(IDENTITY_FILE);
+        let text = match disk.read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .ok_or_else(|| format!("{}: no valid {name} line", path.display()))
+        };
+        Ok(Some(Identity {
+            member_id: field("member_id")?,
+            cluster_id: field("cluster_id")?,
+        }))
+    }
+
+    /// Saves it durably in `data_dir` (a temporary file, synced, renamed over).
+    pub fn save(&self, disk: &dyn Disk, data_dir: &Path) -> Result<(), String> {
+        let path = data_dir.join(IDENTITY_FILE);
+        let tmp = data_dir.join(format!("{IDENTITY_FILE}.tmp"));
+        let text = format!(
+            "member_id={:x}\ncluster_id={:x}\n",
+            self.member_id, self.cluster_id
+        );
+        let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
+        disk.create_dir_all(data_dir)
+            .map_err(|e| io("creating the directory of", e))?;
+        let mut f = disk.create(&tmp).map_err(|e| io("creating", e))?;
+        f.write_all(text.as_bytes()).map_err(|e| io("writing", e))?;
+        f.sync_data().map_err(|e| io("syncing", e))?;
+        drop(f);
+        disk.rename(&tmp, &path).map_err(|e| io("renaming to", e))?;
+        disk.sync_dir(data_dir)
+            .map_err(|e| io("syncing the directory of", e))
+    }
+}
+
+/// etcd's cluster id for a cluster formed with `members`: the same on every founder.
+pub fn founding_cluster_id(members: &BTreeMap<NodeId, Member>) -> u64 {
+    members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| {
+        (h ^ id).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_round_trips_through_its_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = crate::disk::os_disk();
+        assert_eq!(Identity::load(disk.as_ref(), dir.path()), Ok(None));
+        let id = Identity {
+            member_id: 0xdead_beef,
+            cluster_id: 0x1234,
+        };
+        id.save(disk.as_ref(), dir.path()).expect("saved");
+        assert_eq!(Identity::load(disk.as_ref(), dir.path()), Ok(Some(id)));
+        std::fs::write(dir.path().join(IDENTITY_FILE), "member_id=zz\n").expect("write");
+        assert!(Identity::load(disk.as_ref(), dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_new_member_id_avoids_taken_ones() {
+        let first = new_member_id("http://127.0.0.1:2380", 7, &BTreeSet::new());
+        let second = new_member_id("http://127.0.0.1:2380", 7, &BTreeSet::from([first]));
+        assert_ne!(first, second);
+        assert_ne!(
+            first,
+            new_member_id("http://127.0.0.1:2380", 8, &BTreeSet::new())
+        );
+    }
+
+    #[test]
+    fn peer_urls_must_be_http_ip_port() {
+        assert!(check_peer_url("http://127.0.0.1:2380").is_ok());
+        assert!(check_peer_url("https://127.0.0.1:2380").is_err());
+        assert!(check_peer_url("http://localhost:2380").is_err());
+    }
+}
