@@ -424,6 +424,12 @@ impl Client {
         Error::OutcomeUnknown { what, reason }
     }
 
+    /// The client's endpoints, as normalized URLs.
+    pub(crate) fn endpoint_urls(&self) -> Vec<String> {
+        let t = &self.inner.transport;
+        (0..t.len()).map(|i| t.url(i).to_string()).collect()
+    }
+
     /// The channel to `endpoint` if it is one of the client's, else a new one.
     pub(crate) fn channel_to(&self, endpoint: &str) -> Result<Channel, Error> {
         let t = &self.inner.transport;

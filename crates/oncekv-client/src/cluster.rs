@@ -2,8 +2,12 @@
 
 use oncekv_proto::etcdserverpb::cluster_client::ClusterClient;
 use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
-use oncekv_proto::etcdserverpb::{MemberListRequest, StatusRequest};
+use oncekv_proto::etcdserverpb::{
+    MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
+    MemberUpdateRequest, StatusRequest,
+};
 use tonic::Request;
+use tonic::transport::Channel;
 
 use crate::client::{Client, Kind};
 use crate::error::{Error, Failure, classify};
@@ -27,6 +31,101 @@ impl Client {
         .map(MemberListResponse::from)
     }
 
+    /// Adds a member that will serve peers at `peer_urls` (one URL), as a voter or a
+    /// learner: returns it (without a name until it starts) and every member. Start the
+    /// new member with `--initial-cluster-state existing` next.
+    pub async fn member_add(
+        &self,
+        peer_urls: Vec<String>,
+        is_learner: bool,
+    ) -> Result<(Member, MemberListResponse), Error> {
+        let r = self
+            .member_call(
+                MemberAddRequest {
+                    peer_ur_ls: peer_urls,
+                    is_learner,
+                },
+                |mut c, r| async move { c.member_add(r).await },
+            )
+            .await?;
+        let member = r.member.map(Member::from).unwrap_or_default();
+        Ok((member, listed(r.header, r.members)))
+    }
+
+    /// Removes member `id` (the leader too: it steps down and stops).
+    pub async fn member_remove(&self, id: u64) -> Result<MemberListResponse, Error> {
+        let r = self
+            .member_call(MemberRemoveRequest { id }, |mut c, r| async move {
+                c.member_remove(r).await
+            })
+            .await?;
+        Ok(listed(r.header, r.members))
+    }
+
+    /// Changes member `id`'s peer URL.
+    pub async fn member_update(
+        &self,
+        id: u64,
+        peer_urls: Vec<String>,
+    ) -> Result<MemberListResponse, Error> {
+        let req = MemberUpdateRequest {
+            id,
+            peer_ur_ls: peer_urls,
+        };
+        let r = self
+            .member_call(req, |mut c, r| async move { c.member_update(r).await })
+            .await?;
+        Ok(listed(r.header, r.members))
+    }
+
+    /// Makes learner `id` a voter (refused until it has caught up with the leader).
+    pub async fn member_promote(&self, id: u64) -> Result<MemberListResponse, Error> {
+        let r = self
+            .member_call(MemberPromoteRequest { id }, |mut c, r| async move {
+                c.member_promote(r).await
+            })
+            .await?;
+        Ok(listed(r.header, r.members))
+    }
+
+    /// A membership change: not a tracked command (membership lives in raft's
+    /// configuration, not the state machine), so it is sent once, to the first endpoint
+    /// that can be reached; only an endpoint that cannot be reached at all passes it on.
+    /// A change whose reply was lost is not repeated; its retry by hand is refused
+    /// harmlessly (the peer URL exists, the member is gone).
+    async fn member_call<Req, Resp, F, Fut>(&self, req: Req, call: F) -> Result<Resp, Error>
+    where
+        Req: Clone,
+        F: Fn(ClusterClient<Channel>, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let timeout = self.config().request_timeout;
+        let mut last = None;
+        for endpoint in self.endpoint_urls() {
+            let mut request = Request::new(req.clone());
+            request.set_timeout(timeout);
+            let client = ClusterClient::new(self.channel_to(&endpoint)?);
+            match tokio::time::timeout(timeout, call(client, request)).await {
+                Ok(Ok(resp)) => return Ok(resp.into_inner()),
+                Ok(Err(status)) => match classify(&status, &endpoint) {
+                    Failure::Retry {
+                        error,
+                        maybe_sent: false,
+                    } => last = Some(error),
+                    Failure::Retry { error, .. } | Failure::Answer(error) => return Err(error),
+                    Failure::SessionExpired(message) => return Err(Error::SessionExpired(message)),
+                },
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        endpoint,
+                        after: timeout,
+                    });
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::InvalidArgument("no endpoints".to_string())))
+    }
+
     /// The status of the member at `endpoint` (one of the client's endpoints or any
     /// other). One attempt, no failover: it is about that member.
     pub async fn status(&self, endpoint: &str) -> Result<Status, Error> {
@@ -47,5 +146,16 @@ impl Client {
                 after: timeout,
             }),
         }
+    }
+}
+
+/// The members a membership change answers with.
+fn listed(
+    header: Option<oncekv_proto::etcdserverpb::ResponseHeader>,
+    members: Vec<oncekv_proto::etcdserverpb::Member>,
+) -> MemberListResponse {
+    MemberListResponse {
+        header: header.into(),
+        members: members.into_iter().map(Member::from).collect(),
     }
 }

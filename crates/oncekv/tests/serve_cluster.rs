@@ -8,7 +8,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Members, free_port};
+use common::{Members, free_port, serve_member};
 
 use serde_json::Value;
 
@@ -61,22 +61,16 @@ fn every_member_lists_every_members_client_urls() {
         .collect::<Vec<_>>()
         .join(",");
     let mut members = Members(Vec::new());
-    for (i, (client, peer)) in ports.iter().enumerate() {
+    for (i, ports) in ports.iter().enumerate() {
         let name = format!("n{}", i + 1);
-        let client_url = format!("http://127.0.0.1:{client}");
-        members.0.push(
-            Command::new(env!("CARGO_BIN_EXE_oncekv"))
-                .args(["serve", "--name", &name, "--data-dir"])
-                .arg(dir.path().join(&name))
-                .args(["--listen-client-urls", &client_url])
-                .args(["--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-                .args(["--initial-cluster", &initial_cluster])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        members.0.push(serve_member(
+            dir.path(),
+            &name,
+            *ports,
+            &initial_cluster,
+            false,
+            Stdio::null(),
+        ));
     }
     let want: Vec<(String, Vec<String>)> = ports
         .iter()

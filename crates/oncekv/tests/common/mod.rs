@@ -19,3 +19,31 @@ impl Drop for Members {
 pub fn free_port() -> u16 {
     oncekv_testkit::free_port().unwrap()
 }
+
+/// `oncekv serve` for member `name` of a cluster on loopback, its data under `dir`.
+/// `existing`: it joins a running cluster (`--initial-cluster-state existing`).
+pub fn serve_member(
+    dir: &std::path::Path,
+    name: &str,
+    (client, peer): (u16, u16),
+    initial_cluster: &str,
+    existing: bool,
+    stderr: std::process::Stdio,
+) -> Child {
+    let client_url = format!("http://127.0.0.1:{client}");
+    std::process::Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["serve", "--name", name, "--data-dir"])
+        .arg(dir.join(name))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args(["--initial-cluster", initial_cluster])
+        .args([
+            "--initial-cluster-state",
+            if existing { "existing" } else { "new" },
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
