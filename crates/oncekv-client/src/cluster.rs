@@ -4,7 +4,7 @@ use oncekv_proto::etcdserverpb::cluster_client::ClusterClient;
 use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::etcdserverpb::{
     MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
-    MemberUpdateRequest, StatusRequest,
+    MemberUpdateRequest, SnapshotRequest, StatusRequest,
 };
 use tonic::Request;
 use tonic::transport::Channel;
@@ -124,6 +124,45 @@ impl Client {
             }
         }
         Err(last.unwrap_or_else(|| Error::InvalidArgument("no endpoints".to_string())))
+    }
+
+    /// Streams a consistent point-in-time copy of the state of the member at the first
+    /// endpoint (etcd's Maintenance.Snapshot) to `sink`, chunk by chunk; returns the size.
+    /// One attempt: a copy cut short is an error, never a short file.
+    pub async fn snapshot(
+        &self,
+        mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<u64, Error> {
+        let endpoint = self
+            .endpoint_urls()
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("no endpoints".to_string()))?;
+        let answer = |status: tonic::Status| match classify(&status, &endpoint) {
+            Failure::Retry { error, .. } | Failure::Answer(error) => error,
+            Failure::SessionExpired(message) => Error::SessionExpired(message),
+        };
+        let mut client = MaintenanceClient::new(self.channel_to(&endpoint)?);
+        let mut stream = client
+            .snapshot(SnapshotRequest {})
+            .await
+            .map_err(answer)?
+            .into_inner();
+        let mut total = 0u64;
+        let mut remaining = None;
+        while let Some(chunk) = stream.message().await.map_err(answer)? {
+            sink(&chunk.blob)
+                .map_err(|e| Error::InvalidArgument(format!("writing the snapshot: {e}")))?;
+            total += chunk.blob.len() as u64;
+            remaining = Some(chunk.remaining_bytes);
+        }
+        if remaining != Some(0) {
+            return Err(Error::Unavailable {
+                endpoint,
+                message: "the snapshot stream ended early".to_string(),
+            });
+        }
+        Ok(total)
     }
 
     /// The status of the member at `endpoint` (one of the client's endpoints or any

@@ -9,7 +9,7 @@
 //! - [`proposer`]: the write hot path (batching commands into entries, cluster time);
 //!   [`forwarder`]: a follower's writes travel to the leader in batches.
 //! - [`log_store`] and [`sm_store`]: the durable raft log and the state machine with its
-//!   snapshot file.
+//!   snapshot file; [`backup`]: point-in-time copies and restoring a new cluster from one.
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers;
 //!   [`http`]: `/metrics`, `/health` and the other HTTP routes beside gRPC on the client
 //!   port, with [`metrics`], the member's Prometheus registry.
@@ -20,6 +20,7 @@
 //!   HTTP/2's `:authority`, which h2 refuses.
 
 pub mod authority;
+pub mod backup;
 pub mod compactor;
 pub mod config;
 pub mod disk;

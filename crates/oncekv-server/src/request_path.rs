@@ -465,6 +465,28 @@ impl NodeCore {
             .collect()
     }
 
+    /// Takes a snapshot of the applied state now (compacting the log before it) and
+    /// waits until one covers at least `index`.
+    pub async fn snapshot_now(&self, index: u64) -> Result<(), String> {
+        let covered =
+            |m: &RaftMetrics<NodeId, Member>| m.snapshot.is_some_and(|s| s.index >= index);
+        if covered(&self.metrics()) {
+            return Ok(());
+        }
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut metrics = self.raft.metrics();
+        let wait = metrics.wait_for(|m| covered(m));
+        match tokio::time::timeout(self.config.request_timeout, wait).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err("raft stopped".to_string()),
+            Err(_) => Err("the snapshot did not complete in time".to_string()),
+        }
+    }
+
     /// Who the member with `peer_url` is, by this member's applied (committed)
     /// membership.
     pub(crate) fn identify(&self, peer_url: &str) -> Identified {

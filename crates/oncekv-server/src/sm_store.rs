@@ -117,11 +117,21 @@ impl Applied {
     }
 }
 
-/// The snapshot file's header, before the state machine image.
-#[derive(Serialize, Deserialize)]
-struct SnapshotFile {
-    meta: SnapshotMeta<NodeId, Member>,
-    data: Vec<u8>,
+/// The snapshot file's content: raft's metadata and the state machine image.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SnapshotFile {
+    pub(crate) meta: SnapshotMeta<NodeId, Member>,
+    pub(crate) data: Vec<u8>,
+}
+
+/// The snapshot file's bytes: magic, CRC-32 of the body, the body.
+pub(crate) fn encode_snapshot_file(file: &SnapshotFile) -> Result<Vec<u8>, String> {
+    let body = postcard::to_allocvec(file).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::with_capacity(body.len() + 8);
+    bytes.extend_from_slice(SNAPSHOT_MAGIC);
+    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    bytes.extend_from_slice(&body);
+    Ok(bytes)
 }
 
 /// openraft's state machine storage.
@@ -218,15 +228,10 @@ impl SmStore {
         if *persisted > meta.last_log_id {
             return Ok(0);
         }
-        let file = SnapshotFile {
+        let bytes = encode_snapshot_file(&SnapshotFile {
             meta: meta.clone(),
             data: data.to_vec(),
-        };
-        let body = postcard::to_allocvec(&file).map_err(|e| e.to_string())?;
-        let mut bytes = Vec::with_capacity(body.len() + 8);
-        bytes.extend_from_slice(SNAPSHOT_MAGIC);
-        bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        bytes.extend_from_slice(&body);
+        })?;
         let path = self.dir.join(SNAPSHOT_FILE);
         write_atomically(&*self.disk, &path, &bytes)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -235,7 +240,7 @@ impl SmStore {
     }
 }
 
-fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String> {
+pub(crate) fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String> {
     let rest = bytes
         .strip_prefix(SNAPSHOT_MAGIC)
         .ok_or("not an oncekv snapshot file")?;

@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Members, free_port, serve_member};
+use common::{free_port, serve_member, start_founders};
 
 fn run(cmd: &str, endpoints: &str, args: &[&str]) -> Output {
     let mut c = Command::new(cmd);
@@ -81,21 +81,7 @@ fn members(endpoints: &str) -> Vec<(String, String, bool)> {
 fn etcdctl_grows_the_cluster_and_removes_the_leader() {
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<(u16, u16)> = (0..4).map(|_| (free_port(), free_port())).collect();
-    let initial = (0..3)
-        .map(|i| format!("n{}=http://127.0.0.1:{}", i + 1, ports[i].1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut procs = Members(Vec::new());
-    for (i, p) in ports.iter().take(3).enumerate() {
-        procs.0.push(serve_member(
-            dir.path(),
-            &format!("n{}", i + 1),
-            *p,
-            &initial,
-            false,
-            Stdio::null(),
-        ));
-    }
+    let mut procs = start_founders(dir.path(), &ports, 3);
     let all = |which: &[usize]| {
         which
             .iter()

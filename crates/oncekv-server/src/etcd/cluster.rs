@@ -1,5 +1,5 @@
-//! etcd's Cluster service (member list, add, remove, update, promote: see
-//! [`crate::membership`]) and Maintenance (Status).
+//! etcd's Cluster service: member list, add, remove, update, promote (see
+//! [`crate::membership`]).
 
 use std::sync::Arc;
 
@@ -8,11 +8,7 @@ use tonic::{Request, Response, Status};
 use crate::membership::{Changed, MemberChange, MemberInfo, members_of};
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
-use crate::pb::etcdserverpb::maintenance_server::Maintenance;
 use crate::request_path::NodeCore;
-
-/// The etcd version oncekv reports: the API level it is compatible with.
-pub const ETCD_API_VERSION: &str = "3.4.0";
 
 #[derive(Debug, Clone)]
 pub struct ClusterService {
@@ -144,41 +140,6 @@ impl Cluster for ClusterService {
         Ok(Response::new(pb::MemberPromoteResponse {
             header: self.header(),
             members: self.members(changed.members),
-        }))
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct MaintenanceService {
-    pub node: Arc<NodeCore>,
-}
-
-#[tonic::async_trait]
-impl Maintenance for MaintenanceService {
-    async fn status(
-        &self,
-        _request: Request<pb::StatusRequest>,
-    ) -> Result<Response<pb::StatusResponse>, Status> {
-        let metrics = self.node.metrics();
-        let (revision, applied, db_size) = {
-            let inner = self.node.applied().read();
-            (
-                inner.sm.revision(),
-                inner.last_applied.map_or(0, |l| l.index),
-                inner.snapshot_bytes as i64,
-            )
-        };
-        Ok(Response::new(pb::StatusResponse {
-            header: self.node.header(revision),
-            version: ETCD_API_VERSION.to_string(),
-            db_size,
-            leader: metrics.current_leader.unwrap_or(0),
-            raft_index: metrics.last_log_index.unwrap_or(0),
-            raft_term: metrics.current_term,
-            raft_applied_index: applied,
-            errors: Vec::new(),
-            db_size_in_use: db_size,
-            is_learner: false,
         }))
     }
 }

@@ -12,15 +12,17 @@ mod election;
 mod kv;
 mod lease;
 mod lock;
+mod maintenance;
 mod queue;
 mod session;
 mod watch;
 
-pub use cluster::{ClusterService, ETCD_API_VERSION, MaintenanceService};
+pub use cluster::ClusterService;
 pub use election::ElectionService;
 pub use kv::KvService;
 pub use lease::LeaseService;
 pub use lock::LockService;
+pub use maintenance::{ETCD_API_VERSION, MaintenanceService, hash_kv};
 pub use oncekv_proto::SessionMeta;
 pub use session::SessionService;
 pub use watch::WatchService;

@@ -13,6 +13,7 @@ mod json;
 mod kv;
 mod lease;
 mod output;
+mod snapshot;
 mod txn;
 mod watch;
 
@@ -49,6 +50,9 @@ pub enum Command {
     Member(cluster::MemberArgs),
     /// Endpoint related commands.
     Endpoint(cluster::EndpointArgs),
+    /// Snapshot commands: save a consistent copy of a member's state, show what a copy
+    /// holds, restore a new cluster from one.
+    Snapshot(snapshot::SnapshotArgs),
     /// Watches events stream on keys or prefixes, until ctrl-c.
     ///
     /// Prints each change as etcdctl does: PUT or DELETE, then (with --prev-kv) the
@@ -309,6 +313,10 @@ async fn execute(global: &GlobalArgs, command: Command) -> Result<(), CliError> 
         Command::Endpoint(args) => {
             let opts = Options::merge(global, &args.flags);
             cluster::endpoint(&opts, args.command).await
+        }
+        Command::Snapshot(args) => {
+            let opts = Options::merge(global, &args.flags);
+            snapshot::run(&opts, args.command).await
         }
         Command::Compaction(args) => {
             let opts = Options::merge(global, &args.flags);

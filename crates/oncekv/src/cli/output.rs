@@ -48,6 +48,10 @@ pub(crate) struct Printer {
 }
 
 impl Printer {
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
     pub fn new(format: Format, hex: bool) -> Printer {
         Printer { format, hex }
     }
@@ -347,7 +351,7 @@ fn lines(rows: &[Vec<String>]) -> Vec<u8> {
 }
 
 /// A bordered table: headers centred, cells right-aligned (etcdctl's table layout).
-fn table(headers: &[&str], rows: &[Vec<String>]) -> Vec<u8> {
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> Vec<u8> {
     let widths: Vec<usize> = headers
         .iter()
         .enumerate()

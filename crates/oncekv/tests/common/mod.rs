@@ -47,3 +47,29 @@ pub fn serve_member(
         .spawn()
         .unwrap()
 }
+
+/// Starts members `n1..=n{founders}` of a new cluster under `dir`, on the first
+/// `founders` of `ports` (client, peer), their stderr discarded.
+pub fn start_founders(dir: &std::path::Path, ports: &[(u16, u16)], founders: usize) -> Members {
+    let initial = (0..founders)
+        .map(|i| format!("n{}=http://127.0.0.1:{}", i + 1, ports[i].1))
+        .collect::<Vec<_>>()
+        .join(",");
+    Members(
+        ports
+            .iter()
+            .take(founders)
+            .enumerate()
+            .map(|(i, p)| {
+                serve_member(
+                    dir,
+                    &format!("n{}", i + 1),
+                    *p,
+                    &initial,
+                    false,
+                    std::process::Stdio::null(),
+                )
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,170 @@
+//! etcd's Maintenance service: Status, Snapshot (a consistent point-in-time copy, see
+//! [`crate::backup`]), Hash and HashKV (the basis of corruption checks), Defragment.
+
+use std::sync::Arc;
+
+use tonic::codegen::BoxStream;
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use crate::error::ApiError;
+use crate::pb::etcdserverpb as pb;
+use crate::pb::etcdserverpb::maintenance_server::Maintenance;
+use crate::request_path::NodeCore;
+
+/// The etcd version oncekv reports: the API level it is compatible with.
+pub const ETCD_API_VERSION: &str = "3.4.0";
+
+/// Snapshot stream chunks (etcd sends 32 KiB).
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct MaintenanceService {
+    pub node: Arc<NodeCore>,
+}
+
+/// HashKV's digest of the keys as of `revision` (0: the newest), with the compacted
+/// revision: a CRC-32 over every key's name, value, revisions, version and lease, in key
+/// order. Members that applied the same history give the same hash at the same revision,
+/// whatever else (sessions, timing) differs.
+pub fn hash_kv(node: &NodeCore, revision: i64) -> Result<(u32, i64, i64), ApiError> {
+    let req = convert::range_request(&pb::RangeRequest {
+        key: vec![0].into(),
+        range_end: vec![0].into(),
+        revision,
+        ..Default::default()
+    })?;
+    let inner = node.applied().read();
+    let (current, resp) = inner.sm.range(&req)?;
+    let compacted = inner.sm.compacted_revision();
+    drop(inner);
+    let mut h = crc32fast::Hasher::new();
+    for kv in &resp.kvs {
+        h.update(&(kv.key.len() as u64).to_le_bytes());
+        h.update(&kv.key);
+        h.update(&(kv.value.len() as u64).to_le_bytes());
+        h.update(&kv.value);
+        for n in [kv.create_revision, kv.mod_revision, kv.version, kv.lease] {
+            h.update(&n.to_le_bytes());
+        }
+    }
+    let at = if revision > 0 { revision } else { current };
+    Ok((h.finalize(), compacted, at))
+}
+
+#[tonic::async_trait]
+impl Maintenance for MaintenanceService {
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let metrics = self.node.metrics();
+        let (revision, applied, db_size) = {
+            let inner = self.node.applied().read();
+            (
+                inner.sm.revision(),
+                inner.last_applied.map_or(0, |l| l.index),
+                inner.snapshot_bytes as i64,
+            )
+        };
+        let is_learner = !metrics
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|id| id == self.node.id());
+        Ok(Response::new(pb::StatusResponse {
+            header: self.node.header(revision),
+            version: ETCD_API_VERSION.to_string(),
+            db_size,
+            leader: metrics.current_leader.unwrap_or(0),
+            raft_index: metrics.last_log_index.unwrap_or(0),
+            raft_term: metrics.current_term,
+            raft_applied_index: applied,
+            errors: Vec::new(),
+            db_size_in_use: db_size,
+            is_learner,
+        }))
+    }
+
+    /// The applied state now, streamed in chunks; the first carries the header.
+    async fn snapshot(
+        &self,
+        _request: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<BoxStream<pb::SnapshotResponse>>, Status> {
+        let node = self.node.clone();
+        // Encoding walks the whole state: off the async workers.
+        let bytes = tokio::task::spawn_blocking(move || crate::backup::current(node.applied()))
+            .await
+            .map_err(|e| Status::internal(format!("snapshot: {e}")))?
+            .map_err(|e| Status::internal(format!("snapshot: {e}")))?;
+        let revision = self.node.applied().read().sm.revision();
+        let header = self.node.header(revision);
+        let total = bytes.len();
+        let bytes = bytes::Bytes::from(bytes);
+        let chunks: Vec<Result<pb::SnapshotResponse, Status>> = (0..total.max(1))
+            .step_by(SNAPSHOT_CHUNK)
+            .enumerate()
+            .map(|(i, start)| {
+                let end = (start + SNAPSHOT_CHUNK).min(total);
+                Ok(pb::SnapshotResponse {
+                    header: if i == 0 { header } else { None },
+                    remaining_bytes: (total - end) as u64,
+                    blob: bytes.slice(start..end),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    /// A CRC-32 of this member's whole replicated state (keys with history, leases,
+    /// sessions): equal on members at the same applied index.
+    async fn hash(
+        &self,
+        _request: Request<pb::HashRequest>,
+    ) -> Result<Response<pb::HashResponse>, Status> {
+        let (hash, revision) = {
+            let inner = self.node.applied().read();
+            let image = inner
+                .sm
+                .snapshot()
+                .map_err(|e| Status::internal(format!("hash: {e}")))?;
+            (crc32fast::hash(&image), inner.sm.revision())
+        };
+        Ok(Response::new(pb::HashResponse {
+            header: self.node.header(revision),
+            hash,
+        }))
+    }
+
+    async fn hash_kv(
+        &self,
+        request: Request<pb::HashKvRequest>,
+    ) -> Result<Response<pb::HashKvResponse>, Status> {
+        let revision = request.into_inner().revision;
+        let (hash, compact_revision, at) = hash_kv(&self.node, revision)?;
+        Ok(Response::new(pb::HashKvResponse {
+            header: self.node.header(at),
+            hash,
+            compact_revision,
+        }))
+    }
+
+    /// oncekv keeps its state in memory and on disk as the log plus one snapshot file;
+    /// what etcd's defragmentation gives back (space freed inside the database file), it
+    /// gets by taking a snapshot now: the file is rewritten from the live state and the log
+    /// before it is dropped. Returns once that snapshot is taken.
+    async fn defragment(
+        &self,
+        _request: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        let applied = self.node.applied().read().sm.applied_index();
+        self.node
+            .snapshot_now(applied)
+            .await
+            .map_err(|e| Status::unavailable(format!("defragment: {e}")))?;
+        let revision = self.node.applied().read().sm.revision();
+        Ok(Response::new(pb::DefragmentResponse {
+            header: self.node.header(revision),
+        }))
+    }
+}

@@ -1,0 +1,165 @@
+//! Backup and restore as an etcd operator does them: `etcdctl snapshot save` from a
+//! running oncekv member, `oncekv snapshot status`, `oncekv snapshot restore` into a new
+//! single-member cluster holding the same data; `etcdctl endpoint hashkv --cluster` equal
+//! on every member.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, serve_member, start_founders};
+
+fn etcdctl(endpoints: &str, args: &[&str]) -> std::process::Output {
+    Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn eventually(endpoints: &str, args: &[&str]) -> String {
+    let start = Instant::now();
+    loop {
+        let out = etcdctl(endpoints, args);
+        if out.status.success() {
+            return String::from_utf8(out.stdout).unwrap();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn oncekv(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn snapshot_save_status_restore_and_hashkv() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let mut procs = start_founders(dir.path(), &ports, 3);
+    let endpoint = |i: usize| format!("127.0.0.1:{}", ports[i].0);
+    let all = (0..3).map(endpoint).collect::<Vec<_>>().join(",");
+    eventually(&all, &["put", "k000", "v0"]);
+    for i in 1..50 {
+        eventually(&all, &["put", &format!("k{i:03}"), &format!("v{i}")]);
+    }
+    eventually(&all, &["put", "k007", "overwritten"]);
+
+    // HashKV at one revision is the same on every member (once all have applied it, and
+    // every member's client URL is published for --cluster to find).
+    let start = Instant::now();
+    loop {
+        let out = ok(etcdctl(
+            &all,
+            &["endpoint", "hashkv", "--cluster", "-w", "json"],
+        ));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let hashes: Vec<u64> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["HashKV"]["hash"].as_u64().unwrap_or(0))
+            .collect();
+        if hashes.len() == 3 && hashes.iter().all(|h| *h == hashes[0] && *h != 0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "hashes differ: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // etcdctl snapshot save from one member; oncekv snapshot status reads it.
+    let file = dir.path().join("backup.db");
+    let out = ok(etcdctl(
+        &endpoint(1),
+        &["snapshot", "save", file.to_str().unwrap()],
+    ));
+    assert!(out.contains("Snapshot saved at"), "{out}");
+    let status = oncekv(&["snapshot", "status", file.to_str().unwrap(), "-w", "json"]);
+    let status = ok(status);
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v["totalKey"], 50, "{status}");
+    assert_eq!(v["revision"], 52, "{status}");
+
+    // A damaged copy is refused, not restored.
+    let mut damaged = std::fs::read(&file).unwrap();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0xff;
+    let bad = dir.path().join("damaged.db");
+    std::fs::write(&bad, damaged).unwrap();
+    let out = oncekv(&["snapshot", "status", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("checksum mismatch"));
+
+    // Restore into a new one-member cluster and serve it: the same data.
+    let (client, peer) = (free_port(), free_port());
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let restored = dir.path().join("restored");
+    let r1_cluster = format!("r1={peer_url}");
+    let restore = || {
+        oncekv(&[
+            "snapshot",
+            "restore",
+            file.to_str().unwrap(),
+            "--data-dir",
+            restored.join("r1").to_str().unwrap(),
+            "--name",
+            "r1",
+            "--initial-cluster",
+            &r1_cluster,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+        ])
+    };
+    let out = ok(restore());
+    assert!(out.contains("50 keys"), "{out}");
+    // Restoring over existing data is refused.
+    let again = restore();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+
+    procs.0.push(serve_member(
+        &restored,
+        "r1",
+        (client, peer),
+        &format!("r1={peer_url}"),
+        false,
+        Stdio::null(),
+    ));
+    let new = format!("127.0.0.1:{client}");
+    let copy = eventually(&new, &["get", "k", "--prefix", "-w", "json"]);
+    let original = ok(etcdctl(&all, &["get", "k", "--prefix", "-w", "json"]));
+    let kvs = |s: &str| {
+        let v: serde_json::Value = serde_json::from_str(s).unwrap();
+        v["kvs"].clone()
+    };
+    assert_eq!(kvs(&copy), kvs(&original));
+    assert_eq!(kvs(&copy).as_array().unwrap().len(), 50);
+    // The restored cluster takes writes, and its member list is the new one.
+    ok(etcdctl(&new, &["put", "after", "restore"]));
+    let members = ok(etcdctl(&new, &["member", "list"]));
+    assert_eq!(members.lines().count(), 1, "{members}");
+    assert!(members.contains("r1"), "{members}");
+}
