@@ -49,6 +49,46 @@ pub enum Command {
     Tracked(Tracked),
     /// An op without a session (etcd behaviour: a retry may apply it twice).
     Untracked(Op),
+    /// Raise or clear an alarm for a member (etcd's Alarm ACTIVATE / DEACTIVATE). While
+    /// NOSPACE is raised anywhere, ops that add data are refused; while CORRUPT is, every
+    /// op is. Answered [`Response::Done`].
+    Alarm {
+        activate: bool,
+        member: u64,
+        alarm: AlarmKind,
+    },
+}
+
+/// etcd's alarm types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AlarmKind {
+    /// The space quota was exceeded: writes that add data are refused until disarmed.
+    NoSpace,
+    /// Members disagree on the state at one revision: everything is refused until
+    /// disarmed.
+    Corrupt,
+}
+
+impl Op {
+    /// Whether the op can add data (etcd's "capped" applier refuses these under NOSPACE):
+    /// a put, a txn that may put, a lease grant, a lock or campaign.
+    pub fn adds_data(&self) -> bool {
+        fn puts(ops: &[RequestOp]) -> bool {
+            ops.iter().any(|op| match op {
+                RequestOp::Put(_) => true,
+                RequestOp::Txn(t) => puts(&t.success) || puts(&t.failure),
+                RequestOp::Range(_) | RequestOp::DeleteRange(_) => false,
+            })
+        }
+        match self {
+            Op::Put(_) | Op::LeaseGrant { .. } | Op::Enqueue(_) => true,
+            Op::Txn(t) => puts(&t.success) || puts(&t.failure),
+            Op::DeleteRange(_)
+            | Op::LeaseRevoke { .. }
+            | Op::LeaseKeepAlive { .. }
+            | Op::Compact { .. } => false,
+        }
+    }
 }
 
 /// A session-numbered op: the seven exactly-once rules decide whether it runs.
@@ -414,12 +454,16 @@ pub enum OpError {
     TooManyOps,
     #[error("etcdserver: key is not provided")]
     EmptyKey,
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
 }
 
 impl OpError {
     /// Every error, in declaration order (`ALL[e as usize] == e`): a saved response packs
     /// an error into a byte and reads it back from here (`session/saved.rs`).
-    pub const ALL: [OpError; 11] = [
+    pub const ALL: [OpError; 13] = [
         OpError::LeaseNotFound,
         OpError::LeaseAlreadyExists,
         OpError::LeaseTtlTooLarge,
@@ -431,6 +475,8 @@ impl OpError {
         OpError::DuplicateKey,
         OpError::TooManyOps,
         OpError::EmptyKey,
+        OpError::NoSpace,
+        OpError::Corrupt,
     ];
 }
 

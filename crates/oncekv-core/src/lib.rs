@@ -57,7 +57,7 @@ pub mod txn;
 pub mod waiting_list;
 
 pub use command::{
-    CONCURRENCY_TTL_SECS, Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest,
+    AlarmKind, CONCURRENCY_TTL_SECS, Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest,
     DeleteRangeResponse, EnqueueRequest, Enqueued, KeyRange, KeyValue, LogPayload, Op, OpError,
     OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response,
     ResponseOp, Settings, SortOrder, SortTarget, Tracked, TxnRequest, TxnResponse, prefix_end,

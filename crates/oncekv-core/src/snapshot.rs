@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::command::Settings;
+use crate::command::{AlarmKind, Settings};
 use crate::history::Change;
 use crate::kv::{KvStore, Value};
 use crate::lease::{Lease, LeaseTable};
@@ -16,8 +16,10 @@ use crate::session::{Session, SessionTable};
 use crate::state_machine::StateMachine;
 
 /// The image format and its version: a change to the format changes the version, so that
-/// an image of another format is refused (`BadMagic`), never misread.
-const MAGIC: &[u8; 4] = b"OKV3";
+/// an image of another format is refused (`BadMagic`), never misread. Version 4 is
+/// version 3 followed by the raised alarms; a version 3 image (no alarms) still restores.
+const MAGIC: &[u8; 4] = b"OKV4";
+const MAGIC_V3: &[u8; 4] = b"OKV3";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -78,20 +80,30 @@ impl StateMachine {
             sessions: self.sessions.sorted(),
             nonces: self.sessions.sorted_nonces(),
         };
-        Ok(postcard::to_extend(&image, MAGIC.to_vec())?)
+        let out = postcard::to_extend(&image, MAGIC.to_vec())?;
+        let alarms: Vec<(u64, AlarmKind)> = self.alarms.iter().copied().collect();
+        Ok(postcard::to_extend(&alarms, out)?)
     }
 
     /// Decodes a [`snapshot`](Self::snapshot). Fails, changing nothing, on bytes that are
     /// not a valid image.
     pub fn restore(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
-        let body = bytes.strip_prefix(MAGIC).ok_or(SnapshotError::BadMagic)?;
-        let image: Image = postcard::from_bytes(body)?;
+        let (image, alarms) = if let Some(body) = bytes.strip_prefix(MAGIC) {
+            let (image, rest): (Image, _) = postcard::take_from_bytes(body)?;
+            let alarms: Vec<(u64, AlarmKind)> = postcard::from_bytes(rest)?;
+            (image, alarms)
+        } else if let Some(body) = bytes.strip_prefix(MAGIC_V3) {
+            (postcard::from_bytes(body)?, Vec::new())
+        } else {
+            return Err(SnapshotError::BadMagic);
+        };
         let sm = StateMachine {
             kv: KvStore::from_parts(image.revision, image.kvs, image.compacted, image.history),
             leases: LeaseTable::from_leases(image.leases),
             sessions: SessionTable::from_sessions(image.sessions, image.nonces)
                 .map_err(SnapshotError::Invalid)?,
             settings: image.settings,
+            alarms: alarms.into_iter().collect(),
             applied_index: image.applied_index,
             cluster_time: image.cluster_time,
             ..StateMachine::default()

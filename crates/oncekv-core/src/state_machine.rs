@@ -13,6 +13,7 @@ use crate::command::{
     PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response, ResponseOp,
     SessionError, Settings, Tracked, TxnRequest, TxnResponse, queue_key,
 };
+use crate::command::AlarmKind;
 use crate::history::{EventBatch, ReadLimit};
 use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
 use crate::lease::LeaseTable;
@@ -48,6 +49,8 @@ pub struct StateMachine {
     pub(crate) leases: LeaseTable,
     pub(crate) sessions: SessionTable,
     pub(crate) settings: Settings,
+    /// Raised alarms, by member (replicated: every replica refuses the same ops).
+    pub(crate) alarms: std::collections::BTreeSet<(u64, AlarmKind)>,
     pub(crate) applied_index: u64,
     pub(crate) cluster_time: u64,
     pub(crate) stats: Stats,
@@ -186,8 +189,50 @@ impl StateMachine {
             // `apply` sends tracked commands to `apply_tracked` itself; this arm keeps the
             // match whole.
             Command::Tracked(t) => self.apply_tracked(index, t),
-            Command::Untracked(op) => Response::Op(Ok(self.exec().execute(index, op))),
+            Command::Untracked(op) => Response::Op(Ok(match self.alarm_refusal(op) {
+                Some(e) => self.refused(e),
+                None => self.exec().execute(index, op),
+            })),
+            Command::Alarm {
+                activate,
+                member,
+                alarm,
+            } => {
+                if *activate {
+                    self.alarms.insert((*member, *alarm));
+                } else {
+                    self.alarms.remove(&(*member, *alarm));
+                }
+                Response::Done
+            }
         }
+    }
+
+    /// The error a raised alarm answers `op` with, if any.
+    #[inline]
+    fn alarm_refusal(&self, op: &Op) -> Option<OpError> {
+        if self.alarms.is_empty() {
+            return None;
+        }
+        if self.alarms.iter().any(|(_, a)| *a == AlarmKind::Corrupt) {
+            Some(OpError::Corrupt)
+        } else if op.adds_data() {
+            Some(OpError::NoSpace)
+        } else {
+            None
+        }
+    }
+
+    fn refused(&self, e: OpError) -> OpReply {
+        OpReply {
+            revision: self.kv.revision(),
+            result: Err(e),
+        }
+    }
+
+    /// The raised alarms, by member.
+    pub fn alarms(&self) -> impl Iterator<Item = (u64, AlarmKind)> + '_ {
+        self.alarms.iter().copied()
     }
 
     /// The exactly-once rules (`shared/DESIGN.md` section 2): 1–6 in the session table,
@@ -195,6 +240,9 @@ impl StateMachine {
     /// without looking the session up again.
     #[inline(never)]
     fn apply_tracked(&mut self, index: u64, t: &Tracked) -> Response {
+        // What a raised alarm answers instead of running the op (nearly always `None`),
+        // decided before the store is borrowed for the op.
+        let refused = self.alarm_refusal(&t.op).map(|e| self.refused(e));
         // A put's search of the store comes before the session check (see `Ready`), so the
         // session's cache miss and the store's overlap instead of adding up (the figures
         // are in benches/README.md). The prefetch's bucket index is kept for the check
@@ -223,8 +271,13 @@ impl StateMachine {
                 self.stats.executed += 1;
                 #[cfg(feature = "sim")]
                 self.probe.note_executed(index, t);
-                let reply =
-                    ready.execute(&mut self.leases, &self.settings, self.cluster_time, index);
+                // An alarm's refusal is saved like any answer: a retry gets it again.
+                let reply = match refused {
+                    Some(reply) => reply,
+                    None => {
+                        ready.execute(&mut self.leases, &self.settings, self.cluster_time, index)
+                    }
+                };
                 pending.save(&reply, self.cluster_time);
                 Response::Op(Ok(reply))
             }

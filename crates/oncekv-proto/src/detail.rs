@@ -95,6 +95,10 @@ details! {
     DuplicateKey = "duplicate-key" => Answer,
     TooManyOps = "too-many-ops" => Answer,
     EmptyKey = "empty-key" => Answer,
+    /// The NOSPACE alarm is raised: the write would add data past the space quota.
+    NoSpace = "no-space" => Answer,
+    /// The CORRUPT alarm is raised: members disagreed on the state.
+    Corrupt = "corrupt" => Answer,
     /// The request is malformed or too large.
     InvalidArgument = "invalid-argument" => Answer,
     /// This member is not the leader and could not hand the request on.

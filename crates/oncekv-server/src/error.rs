@@ -133,6 +133,8 @@ fn op_detail(e: &OpError) -> ErrorDetail {
         OpError::DuplicateKey => ErrorDetail::DuplicateKey,
         OpError::TooManyOps => ErrorDetail::TooManyOps,
         OpError::EmptyKey => ErrorDetail::EmptyKey,
+        OpError::NoSpace => ErrorDetail::NoSpace,
+        OpError::Corrupt => ErrorDetail::Corrupt,
     }
 }
 
@@ -150,6 +152,8 @@ fn op_code(e: &OpError) -> Code {
         | OpError::DuplicateKey
         | OpError::TooManyOps
         | OpError::EmptyKey => Code::InvalidArgument,
+        OpError::NoSpace => Code::ResourceExhausted,
+        OpError::Corrupt => Code::DataLoss,
     }
 }
 
