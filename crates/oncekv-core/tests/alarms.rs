@@ -111,3 +111,18 @@ fn alarms_survive_a_snapshot() {
     );
     assert_eq!(restored.snapshot().expect("encodes"), r.snapshot());
 }
+
+// An image written before alarms existed (version 3: the same image without the alarms
+// that end version 4) restores, with no alarm raised.
+#[test]
+fn a_version_3_image_restores_without_alarms() {
+    let mut r = Replica::new(Settings::default());
+    r.ok(Op::put("a", "1"));
+    let mut v3 = r.snapshot();
+    assert_eq!(&v3[..4], b"OKV4");
+    assert_eq!(v3.pop(), Some(0), "an empty alarm list is one byte");
+    v3[..4].copy_from_slice(b"OKV3");
+    let restored = StateMachine::restore(&v3).expect("restores");
+    assert_eq!(restored.alarms().count(), 0);
+    assert_eq!(restored.snapshot().expect("encodes"), r.snapshot());
+}
