@@ -70,6 +70,26 @@ pub enum AlarmKind {
 }
 
 impl Op {
+    /// Roughly how many bytes the op carries (keys and values): what the space quota
+    /// counts a write as adding before it is applied.
+    pub fn approx_size(&self) -> usize {
+        fn ops(list: &[RequestOp]) -> usize {
+            list.iter()
+                .map(|op| match op {
+                    RequestOp::Put(p) => p.key.len() + p.value.len(),
+                    RequestOp::Txn(t) => ops(&t.success) + ops(&t.failure),
+                    RequestOp::Range(_) | RequestOp::DeleteRange(_) => 0,
+                })
+                .sum()
+        }
+        match self {
+            Op::Put(p) => p.key.len() + p.value.len(),
+            Op::Txn(t) => ops(&t.success) + ops(&t.failure),
+            Op::Enqueue(e) => e.name.len() + e.value.len() + 17,
+            _ => 0,
+        }
+    }
+
     /// Whether the op can add data (etcd's "capped" applier refuses these under NOSPACE):
     /// a put, a txn that may put, a lease grant, a lock or campaign.
     pub fn adds_data(&self) -> bool {

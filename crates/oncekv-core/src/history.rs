@@ -234,10 +234,24 @@ impl History {
 
     /// Drops every change below `revision` (see the module doc); the caller has checked
     /// that `revision` is above the compacted one and at most the store's.
+    ///
+    /// The changes at `revision` itself lose their previous values: those are values from
+    /// before `revision`, compacted like the rest, and no read needs them (a read at
+    /// `revision` or later never undoes a change at `revision`). A watch event at
+    /// `revision` then comes without `prev_kv`, as etcd's does once the revision before it
+    /// is compacted. This is what lets deleting keys, then compacting at the deletion's
+    /// revision, give their space back.
     pub fn compact(&mut self, revision: i64) {
         let start = self.changes.partition_point(|c| c.revision < revision);
         // Into a vector of its own size: what was dropped is freed, not kept as capacity.
         self.changes = self.changes[start..].to_vec();
+        for change in self
+            .changes
+            .iter_mut()
+            .take_while(|c| c.revision == revision)
+        {
+            change.prev = None;
+        }
         self.compacted = revision;
     }
 

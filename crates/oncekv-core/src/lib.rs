@@ -57,11 +57,11 @@ pub mod txn;
 pub mod waiting_list;
 
 pub use command::{
-    AlarmKind, CONCURRENCY_TTL_SECS, Command, Compare, CompareResult, CompareTarget, DeleteRangeRequest,
-    DeleteRangeResponse, EnqueueRequest, Enqueued, KeyRange, KeyValue, LogPayload, Op, OpError,
-    OpReply, OpResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response,
-    ResponseOp, Settings, SortOrder, SortTarget, Tracked, TxnRequest, TxnResponse, prefix_end,
-    queue_key,
+    AlarmKind, CONCURRENCY_TTL_SECS, Command, Compare, CompareResult, CompareTarget,
+    DeleteRangeRequest, DeleteRangeResponse, EnqueueRequest, Enqueued, KeyRange, KeyValue,
+    LogPayload, Op, OpError, OpReply, OpResponse, PutRequest, PutResponse, RangeRequest,
+    RangeResponse, RequestOp, Response, ResponseOp, Settings, SortOrder, SortTarget, Tracked,
+    TxnRequest, TxnResponse, prefix_end, queue_key,
 };
 pub use history::{Event, EventBatch, EventKind, ReadLimit};
 pub use session::{SavedReply, Secret, SessionError, SessionTable};

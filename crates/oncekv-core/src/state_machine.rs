@@ -7,13 +7,13 @@
 
 use bytes::Bytes;
 
+use crate::command::AlarmKind;
 use crate::command::{
     CONCURRENCY_TTL_SECS, Command, DeleteRangeRequest, DeleteRangeResponse, EnqueueRequest,
     Enqueued, KeyRange, LogPayload, MAX_LEASE_TTL_SECS, Op, OpError, OpReply, OpResponse,
     PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, Response, ResponseOp,
     SessionError, Settings, Tracked, TxnRequest, TxnResponse, queue_key,
 };
-use crate::command::AlarmKind;
 use crate::history::{EventBatch, ReadLimit};
 use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
 use crate::lease::LeaseTable;

@@ -7,8 +7,8 @@ mod common;
 use bytes::Bytes;
 use common::{Replica, range, tracked};
 use oncekv_core::{
-    AlarmKind, Command, DeleteRangeRequest, Op, OpError, Response, Secret, Settings,
-    StateMachine, TxnRequest,
+    AlarmKind, Command, DeleteRangeRequest, Op, OpError, Response, Secret, Settings, StateMachine,
+    TxnRequest,
 };
 
 const SECRET: Secret = Secret([0x5a; 16]);
@@ -94,7 +94,10 @@ fn corrupt_refuses_everything_until_disarmed() {
     alarm(&mut r, true, 3, AlarmKind::Corrupt);
     assert_eq!(refused(&mut r, Op::put("a", "2")), OpError::Corrupt);
     assert_eq!(refused(&mut r, delete("a")), OpError::Corrupt);
-    assert_eq!(refused(&mut r, Op::Compact { revision: 1 }), OpError::Corrupt);
+    assert_eq!(
+        refused(&mut r, Op::Compact { revision: 1 }),
+        OpError::Corrupt
+    );
     alarm(&mut r, false, 3, AlarmKind::Corrupt);
     r.ok(Op::put("a", "2"));
 }

@@ -13,6 +13,9 @@ use crate::runtime::Clock;
 use crate::sm_store::ApplyObserver;
 use crate::types::Member;
 
+/// etcd's default space quota: 2 GiB.
+pub const DEFAULT_QUOTA_BYTES: u64 = 2 << 30;
+
 /// Everything a server needs to start. Defaults follow etcd's where they mean the same.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -35,6 +38,10 @@ pub struct NodeConfig {
     /// Requests larger than this are refused ("etcdserver: request is too large").
     pub max_request_bytes: usize,
     pub max_txn_ops: usize,
+    /// The space quota on this member's data on disk (etcd's `--quota-backend-bytes`,
+    /// 2 GiB by default): past it, writes that add data raise the NOSPACE alarm and are
+    /// refused until it is disarmed. 0 turns the check off.
+    pub quota_backend_bytes: u64,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
     /// How often a watcher created with `progress_notify` gets an empty response carrying
@@ -75,6 +82,7 @@ impl NodeConfig {
             election_timeout_ms: 1_000,
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
+            quota_backend_bytes: DEFAULT_QUOTA_BYTES,
             request_timeout: Duration::from_secs(7),
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             settings: Settings::default(),

@@ -93,11 +93,19 @@ async fn linearizable_read(core: &NodeCore) -> Result<(), String> {
     }
 }
 
-/// etcd's `/health`: `{"health":"true"}` with 200 when the member has a leader and a
-/// linearizable read succeeds within a second; otherwise
+/// etcd's `/health`: `{"health":"true"}` with 200 when no alarm is raised, the member
+/// has a leader, and a linearizable read succeeds within a second; otherwise
 /// `"false"` with 503 and the reason.
 async fn health(State(core): State<Arc<NodeCore>>) -> Response {
-    match linearizable_read(&core).await {
+    let alarm = core
+        .alarms()
+        .first()
+        .map(|(_, a)| format!("ALARM {}", crate::etcd::alarm_name(*a)));
+    let result = match alarm {
+        Some(alarm) => Err(alarm),
+        None => linearizable_read(&core).await,
+    };
+    match result {
         Ok(()) => json(
             StatusCode::OK,
             serde_json::json!({ "health": "true", "reason": "" }),
@@ -173,10 +181,20 @@ fn serializable_read(core: &NodeCore) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// Whether this member should get traffic: serializable and linearizable reads
-/// succeed.
+/// Whether this member should get traffic: no CORRUPT alarm, and serializable and
+/// linearizable reads succeed.
 async fn readyz(State(core): State<Arc<NodeCore>>, Query(q): Query<CheckQuery>) -> Response {
     let skip = |name: &str| q.exclude.as_deref() == Some(name);
+    let corruption = (!skip("data_corruption")).then(|| {
+        match core
+            .alarms()
+            .iter()
+            .any(|(_, a)| *a == oncekv_core::AlarmKind::Corrupt)
+        {
+            true => Err("CORRUPT alarm raised".to_string()),
+            false => Ok(()),
+        }
+    });
     let serializable = (!skip("serializable_read")).then(|| serializable_read(&core));
     let linearizable = if skip("linearizable_read") {
         None
@@ -186,6 +204,7 @@ async fn readyz(State(core): State<Arc<NodeCore>>, Query(q): Query<CheckQuery>) 
     checks(
         "readyz",
         vec![
+            ("data_corruption", corruption),
             ("serializable_read", serializable),
             ("linearizable_read", linearizable),
         ],

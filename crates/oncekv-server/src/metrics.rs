@@ -308,10 +308,10 @@ impl NodeMetrics {
             .set(last_log.saturating_sub(applied_index) as i64);
         self.in_flight.set(core.in_flight_waiters() as i64);
 
+        self.db_total_size.set(core.db_size() as i64);
+        self.db_in_use.set(core.db_size() as i64);
         let inner = core.applied().read();
         let sm = &inner.sm;
-        self.db_total_size.set(inner.snapshot_bytes as i64);
-        self.db_in_use.set(inner.snapshot_bytes as i64);
         self.keys.set(sm.kv().len() as i64);
         self.current_revision.set(sm.revision());
         self.compact_revision.set(sm.compacted_revision());

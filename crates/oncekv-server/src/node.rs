@@ -151,7 +151,7 @@ impl Node {
                 fsync_metrics.observe_fsync(took)
             })));
         let log = LogStore::<TypeConfig>::open(config.data_dir.join("log"), log_options).await?;
-        let torn_tail = log.torn_tail().cloned();
+        let log_handle = log.clone();
         let sm = SmStore::open_with(
             &config.data_dir.join("state"),
             config.settings,
@@ -221,7 +221,7 @@ impl Node {
             applied,
             peers,
             (identity, members),
-            torn_tail,
+            log_handle,
             metrics,
         )))
     }
@@ -400,6 +400,7 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(period) => {}
         }
         core.expire_waiters(tokio::time::Instant::now().into_std());
+        core.measure_db_size();
         core.tick_if_due().await;
     }
 }

@@ -18,14 +18,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use oncekv_core::waiting_list::WaitingList;
-use oncekv_core::{Command, Op, OpReply, RangeRequest, RangeResponse, Response, Tracked};
+use oncekv_core::{
+    AlarmKind, Command, Op, OpError, OpReply, RangeRequest, RangeResponse, Response, Tracked,
+};
 use oncekv_proto::SessionMeta;
 use openraft::RaftMetrics;
 
 use crate::config::NodeConfig;
 use crate::error::{ApiError, ProposeError};
 use crate::forwarder::{Forwarded, ForwardedReply, Forwarder, Identified};
-use crate::log_store::TornTail;
+use crate::log_store::{LogStore, TornTail};
 use crate::membership::Identity;
 use crate::metrics::SharedMetrics;
 use crate::network::PeerChannels;
@@ -34,7 +36,7 @@ use crate::proposer::Proposer;
 use crate::sm_store::Applied;
 #[cfg(feature = "sim")]
 use crate::transport::MessageKind;
-use crate::types::{Member, NodeId, Raft};
+use crate::types::{Member, NodeId, Raft, TypeConfig};
 
 /// A tracked request, by `(client_id, seq, op fingerprint)`.
 type RequestKey = (u64, u64, u64);
@@ -71,6 +73,11 @@ pub struct NodeCore {
     in_flight: WaitingList<RequestKey, Result<Response, ProposeError>, ProposeError>,
     /// The unacknowledged tail the log store cut off when this node started, if any.
     torn_tail: Option<TornTail>,
+    /// The raft log (a handle sharing the store raft writes), for its size.
+    log: LogStore<TypeConfig>,
+    /// The member's data on disk (snapshot file and live log), as last measured by the
+    /// ticker: etcd's db size, which the space quota limits.
+    db_size: std::sync::atomic::AtomicU64,
     metrics: SharedMetrics,
 }
 
@@ -93,9 +100,10 @@ impl NodeCore {
         applied: Arc<Applied>,
         peers: PeerChannels,
         (identity, members): (Identity, BTreeMap<NodeId, Member>),
-        torn_tail: Option<TornTail>,
+        log: LogStore<TypeConfig>,
         metrics: SharedMetrics,
     ) -> NodeCore {
+        let torn_tail = log.torn_tail().cloned();
         let members = Arc::new(members);
         let proposer = Proposer::spawn(
             raft.clone(),
@@ -124,6 +132,8 @@ impl NodeCore {
             members,
             in_flight: WaitingList::new(),
             torn_tail,
+            log,
+            db_size: std::sync::atomic::AtomicU64::new(0),
             metrics,
         }
     }
@@ -140,6 +150,66 @@ impl NodeCore {
 
     pub(crate) fn forwarder(&self) -> &Forwarder {
         &self.forwarder
+    }
+
+    /// Measures this member's data on disk again (the snapshot file plus the log entries
+    /// not yet purged) and returns it.
+    pub fn measure_db_size(&self) -> u64 {
+        let size = self.applied.read().snapshot_bytes + self.log.live_bytes();
+        self.db_size
+            .store(size, std::sync::atomic::Ordering::Relaxed);
+        size
+    }
+
+    /// This member's data on disk, as last measured (etcd's db size).
+    pub fn db_size(&self) -> u64 {
+        self.db_size.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The raised alarms, by member.
+    pub fn alarms(&self) -> Vec<(NodeId, AlarmKind)> {
+        self.applied.read().sm.alarms().collect()
+    }
+
+    /// Raises or clears `alarm` for `member` through the log; returns once applied here.
+    pub async fn set_alarm(
+        &self,
+        activate: bool,
+        member: NodeId,
+        alarm: AlarmKind,
+    ) -> Result<(), ProposeError> {
+        let command = Command::Alarm {
+            activate,
+            member,
+            alarm,
+        };
+        self.propose(command).await.map(|_| ())
+    }
+
+    /// Before a write that adds data: past the space quota, raise NOSPACE (once, as etcd's
+    /// quota check does) so that the state machine refuses the write. The refusal comes
+    /// from the log, not from here: a retried tracked write that was applied before the
+    /// quota filled must still get its saved reply.
+    async fn check_quota(&self, op: &Op, request_bytes: usize) -> Result<(), ProposeError> {
+        let quota = self.config.quota_backend_bytes;
+        if quota == 0 || !op.adds_data() || self.db_size() + request_bytes as u64 <= quota {
+            return Ok(());
+        }
+        let raised = self
+            .applied
+            .read()
+            .sm
+            .alarms()
+            .any(|(_, a)| a == AlarmKind::NoSpace);
+        if !raised {
+            tracing::warn!(
+                db_size = self.db_size(),
+                quota,
+                "space quota exceeded; raising the NOSPACE alarm"
+            );
+            self.set_alarm(true, self.id, AlarmKind::NoSpace).await?;
+        }
+        Ok(())
     }
 
     /// This member's Prometheus metrics.
@@ -240,6 +310,7 @@ impl NodeCore {
     }
 
     async fn execute_once(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
+        self.check_quota(&op, op.approx_size()).await?;
         let response = match meta {
             Some(m) => {
                 let key = (m.client_id, m.seq, op.fingerprint());
@@ -367,7 +438,11 @@ impl NodeCore {
         if !serializable {
             self.read_index().await?;
         }
-        Ok(self.applied.read().sm.range(req)?)
+        let inner = self.applied.read();
+        if inner.sm.alarms().any(|(_, a)| a == AlarmKind::Corrupt) {
+            return Err(OpError::Corrupt.into());
+        }
+        Ok(inner.sm.range(req)?)
     }
 
     /// Serves a request forwarded by a follower. Proposes only on this node: a forwarded
@@ -479,12 +554,16 @@ impl NodeCore {
             .await
             .map_err(|e| e.to_string())?;
         let mut metrics = self.raft.metrics();
-        let wait = metrics.wait_for(|m| covered(m));
-        match tokio::time::timeout(self.config.request_timeout, wait).await {
+        // Covered, and the log before it purged: then the space is given back.
+        let wait = metrics
+            .wait_for(|m| covered(m) && m.purged.map(|p| p.index) >= m.snapshot.map(|s| s.index));
+        let result = match tokio::time::timeout(self.config.request_timeout, wait).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err("raft stopped".to_string()),
             Err(_) => Err("the snapshot did not complete in time".to_string()),
-        }
+        };
+        self.measure_db_size();
+        result
     }
 
     /// Who the member with `peer_url` is, by this member's applied (committed)

@@ -57,6 +57,12 @@ pub struct Tuning {
     /// Largest client request accepted, in bytes (etcd's default: 1.5 MiB).
     #[arg(long, default_value_t = 1536 * 1024)]
     pub max_request_bytes: usize,
+    /// The space quota on a member's data (snapshot and log) in bytes: past it, writes that
+    /// add data raise the NOSPACE alarm and are refused ("etcdserver: mvcc: database space
+    /// exceeded") until `alarm disarm`; reads, deletes and compaction go on. 0 means the
+    /// default (etcd's: 2 GiB).
+    #[arg(long, default_value_t = 0)]
+    pub quota_backend_bytes: u64,
     /// Most operations in one txn branch (etcd's default: 128).
     #[arg(long, default_value_t = 128)]
     pub max_txn_ops: usize,
@@ -109,6 +115,9 @@ impl Tuning {
         config.election_timeout_ms = self.election_timeout;
         config.max_request_bytes = self.max_request_bytes;
         config.max_txn_ops = self.max_txn_ops;
+        if self.quota_backend_bytes > 0 {
+            config.quota_backend_bytes = self.quota_backend_bytes;
+        }
         config.settings = Settings {
             session_ttl_ms: self.session_ttl.saturating_mul(1000),
             window: self.session_window,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use oncekv_core::AlarmKind;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
@@ -21,6 +22,14 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 #[derive(Debug, Clone)]
 pub struct MaintenanceService {
     pub node: Arc<NodeCore>,
+}
+
+/// etcd's name of an alarm type.
+pub fn alarm_name(alarm: AlarmKind) -> &'static str {
+    match alarm {
+        AlarmKind::NoSpace => "NOSPACE",
+        AlarmKind::Corrupt => "CORRUPT",
+    }
 }
 
 /// HashKV's digest of the keys as of `revision` (0: the newest), with the compacted
@@ -59,14 +68,21 @@ impl Maintenance for MaintenanceService {
         _request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let metrics = self.node.metrics();
-        let (revision, applied, db_size) = {
+        let (revision, applied) = {
             let inner = self.node.applied().read();
             (
                 inner.sm.revision(),
                 inner.last_applied.map_or(0, |l| l.index),
-                inner.snapshot_bytes as i64,
             )
         };
+        let db_size = self.node.db_size() as i64;
+        // etcd lists the raised alarms as the member's errors.
+        let errors = self
+            .node
+            .alarms()
+            .into_iter()
+            .map(|(member, alarm)| format!("memberID:{member} alarm:{} ", alarm_name(alarm)))
+            .collect();
         let is_learner = !metrics
             .membership_config
             .membership()
@@ -80,7 +96,7 @@ impl Maintenance for MaintenanceService {
             raft_index: metrics.last_log_index.unwrap_or(0),
             raft_term: metrics.current_term,
             raft_applied_index: applied,
-            errors: Vec::new(),
+            errors,
             db_size_in_use: db_size,
             is_learner,
         }))
@@ -146,6 +162,59 @@ impl Maintenance for MaintenanceService {
             header: self.node.header(at),
             hash,
             compact_revision,
+        }))
+    }
+
+    /// GET lists the raised alarms; ACTIVATE and DEACTIVATE raise and clear one through the
+    /// log (etcdctl's `alarm disarm` deactivates each listed alarm in turn).
+    async fn alarm(
+        &self,
+        request: Request<pb::AlarmRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        use pb::alarm_request::AlarmAction;
+        let r = request.into_inner();
+        let kind = match pb::AlarmType::try_from(r.alarm) {
+            Ok(pb::AlarmType::Nospace) => Some(AlarmKind::NoSpace),
+            Ok(pb::AlarmType::Corrupt) => Some(AlarmKind::Corrupt),
+            _ => None,
+        };
+        let listed = |alarms: Vec<(u64, AlarmKind)>| -> Vec<pb::AlarmMember> {
+            alarms
+                .into_iter()
+                .map(|(member_id, alarm)| pb::AlarmMember {
+                    member_id,
+                    alarm: match alarm {
+                        AlarmKind::NoSpace => pb::AlarmType::Nospace as i32,
+                        AlarmKind::Corrupt => pb::AlarmType::Corrupt as i32,
+                    },
+                })
+                .collect()
+        };
+        let alarms = match AlarmAction::try_from(r.action) {
+            Ok(AlarmAction::Get) => listed(self.node.alarms()),
+            Ok(action) => {
+                let kind = kind.ok_or_else(|| {
+                    Status::invalid_argument("etcdserver: alarm type must be NOSPACE or CORRUPT")
+                })?;
+                let activate = action == AlarmAction::Activate;
+                let was = self.node.alarms().contains(&(r.member_id, kind));
+                self.node
+                    .set_alarm(activate, r.member_id, kind)
+                    .await
+                    .map_err(ApiError::from)?;
+                // As etcd: the alarm changed, if it did.
+                if activate != was {
+                    listed(vec![(r.member_id, kind)])
+                } else {
+                    Vec::new()
+                }
+            }
+            Err(_) => return Err(Status::invalid_argument("etcdserver: unknown alarm action")),
+        };
+        let revision = self.node.applied().read().sm.revision();
+        Ok(Response::new(pb::AlarmResponse {
+            header: self.node.header(revision),
+            alarms,
         }))
     }
 

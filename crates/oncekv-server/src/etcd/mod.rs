@@ -22,7 +22,7 @@ pub use election::ElectionService;
 pub use kv::KvService;
 pub use lease::LeaseService;
 pub use lock::LockService;
-pub use maintenance::{ETCD_API_VERSION, MaintenanceService, hash_kv};
+pub use maintenance::{ETCD_API_VERSION, MaintenanceService, alarm_name, hash_kv};
 pub use oncekv_proto::SessionMeta;
 pub use session::SessionService;
 pub use watch::WatchService;

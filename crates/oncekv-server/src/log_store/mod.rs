@@ -296,6 +296,18 @@ impl<C: RaftTypeConfig> LogStore<C> {
         &self.inner.dir
     }
 
+    /// Bytes the entries not yet purged take in the segment files (records with their
+    /// headers): with the snapshot file, what this member's data takes on disk.
+    pub fn live_bytes(&self) -> u64 {
+        let state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .slots
+            .iter()
+            .map(|s| u64::from(s.len) + format::RECORD_HEADER_LEN as u64)
+            .sum::<u64>()
+            + state.segments.len() as u64 * format::FILE_HEADER_LEN as u64
+    }
+
     /// Number of fdatasync/fsync calls made on segment files since open (metrics, tests).
     pub fn fsync_count(&self) -> u64 {
         self.inner.shared.fsyncs.load(Ordering::Relaxed)

@@ -25,10 +25,23 @@ pub fn free_port() -> u16 {
 pub fn serve_member(
     dir: &std::path::Path,
     name: &str,
+    ports: (u16, u16),
+    initial_cluster: &str,
+    existing: bool,
+    stderr: std::process::Stdio,
+) -> Child {
+    serve_member_with(dir, name, ports, initial_cluster, existing, stderr, &[])
+}
+
+/// [`serve_member`] with more flags.
+pub fn serve_member_with(
+    dir: &std::path::Path,
+    name: &str,
     (client, peer): (u16, u16),
     initial_cluster: &str,
     existing: bool,
     stderr: std::process::Stdio,
+    extra: &[&str],
 ) -> Child {
     let client_url = format!("http://127.0.0.1:{client}");
     std::process::Command::new(env!("CARGO_BIN_EXE_oncekv"))
@@ -42,6 +55,7 @@ pub fn serve_member(
             "--initial-cluster-state",
             if existing { "existing" } else { "new" },
         ])
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(stderr)
         .spawn()
