@@ -122,6 +122,17 @@ impl KvStore {
         self.map.get(key)
     }
 
+    /// See `StateMachine::corrupt_value_for_test`.
+    pub(crate) fn corrupt_value_for_test(&mut self, key: &[u8], value: &[u8]) -> bool {
+        match self.map.get_mut(key) {
+            Some(v) => {
+                v.value = Bytes::copy_from_slice(value);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Every key in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Value)> {
         self.map.iter()

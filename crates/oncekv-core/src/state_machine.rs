@@ -230,6 +230,14 @@ impl StateMachine {
         }
     }
 
+    /// Overwrites `key`'s stored value in place (same revisions), outside any command:
+    /// breaks replica agreement on purpose, for the server's corruption-detection tests.
+    /// `false` if the key does not exist. Nothing in the product calls it.
+    #[doc(hidden)]
+    pub fn corrupt_value_for_test(&mut self, key: &[u8], value: &[u8]) -> bool {
+        self.kv.corrupt_value_for_test(key, value)
+    }
+
     /// The raised alarms, by member.
     pub fn alarms(&self) -> impl Iterator<Item = (u64, AlarmKind)> + '_ {
         self.alarms.iter().copied()

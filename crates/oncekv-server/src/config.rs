@@ -42,6 +42,12 @@ pub struct NodeConfig {
     /// 2 GiB by default): past it, writes that add data raise the NOSPACE alarm and are
     /// refused until it is disarmed. 0 turns the check off.
     pub quota_backend_bytes: u64,
+    /// Compare every member's HashKV once after starting (etcd's
+    /// `--experimental-initial-corrupt-check`); a mismatch raises the CORRUPT alarm.
+    pub initial_corrupt_check: bool,
+    /// Compare every member's HashKV this often (etcd's
+    /// `--experimental-corrupt-check-time`); `None`: never.
+    pub corrupt_check_time: Option<Duration>,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
     /// How often a watcher created with `progress_notify` gets an empty response carrying
@@ -83,6 +89,8 @@ impl NodeConfig {
             max_request_bytes: 1536 * 1024,
             max_txn_ops: 128,
             quota_backend_bytes: DEFAULT_QUOTA_BYTES,
+            initial_corrupt_check: false,
+            corrupt_check_time: None,
             request_timeout: Duration::from_secs(7),
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             settings: Settings::default(),

@@ -59,6 +59,11 @@ pub(crate) enum Forwarded {
     /// for a member joining with `--initial-cluster-state existing`. Answered with
     /// [`ForwardedReply::Identified`].
     Identify { peer_url: String },
+    /// Served by any member: its HashKV at `revision` once it has applied that far
+    /// (the corruption check). Answered with [`ForwardedReply::HashKv`].
+    HashKv { revision: i64 },
+    /// Served by any member: its own health. Answered with [`ForwardedReply::Health`].
+    Health,
 }
 
 /// The leader's answer to a [`Forwarded`] request.
@@ -76,6 +81,9 @@ pub(crate) enum ForwardedReply {
     },
     Members(Result<Changed, MembershipError>),
     Identified(Identified),
+    HashKv(Result<u32, String>),
+    /// "ok", or why the member is not healthy.
+    Health(String),
 }
 
 /// What a member knows of the member with a peer URL, by its applied (so committed)
@@ -215,6 +223,36 @@ impl Forwarder {
         identify(&self.route.peers, url, peer_url, self.route.timeout).await
     }
 
+    /// The HashKV of the member at `url` at `revision` (it waits until it has applied it).
+    pub(crate) async fn hash_kv_at(&self, url: &str, revision: i64) -> Result<u32, String> {
+        match ask(
+            &self.route.peers,
+            url,
+            &Forwarded::HashKv { revision },
+            self.route.timeout,
+        )
+        .await?
+        {
+            ForwardedReply::HashKv(result) => result,
+            other => Err(format!("unexpected reply: {other:?}")),
+        }
+    }
+
+    /// The health of the member at `url`: "ok" or its reason.
+    pub(crate) async fn health_of(&self, url: &str) -> Result<String, String> {
+        match ask(
+            &self.route.peers,
+            url,
+            &Forwarded::Health,
+            self.route.timeout,
+        )
+        .await?
+        {
+            ForwardedReply::Health(h) => Ok(h),
+            other => Err(format!("unexpected reply: {other:?}")),
+        }
+    }
+
     /// Asks `leader` to make a membership change.
     pub(crate) async fn change_members(
         &self,
@@ -352,6 +390,26 @@ async fn forward_rpc(
     }
 }
 
+/// Sends `req` to the member at `url` (any member, not the leader) and returns its reply.
+async fn ask(
+    peers: &PeerChannels,
+    url: &str,
+    req: &Forwarded,
+    timeout: Duration,
+) -> Result<ForwardedReply, String> {
+    let payload = postcard::to_allocvec(req).map_err(|e| e.to_string())?;
+    let mut client = peers.raft_client(url)?;
+    let mut request = tonic::Request::new(ForwardRequest {
+        payload: payload.into(),
+    });
+    request.set_timeout(timeout);
+    let reply = client
+        .forward(request)
+        .await
+        .map_err(|s| s.message().to_string())?;
+    postcard::from_bytes(&reply.into_inner().payload).map_err(|e| format!("undecodable reply: {e}"))
+}
+
 /// Asks the member at `url` who the member with `peer_url` is (its id and the cluster's):
 /// for a member joining a running cluster, and for one that may have been removed.
 pub(crate) async fn identify(
@@ -363,19 +421,8 @@ pub(crate) async fn identify(
     let req = Forwarded::Identify {
         peer_url: peer_url.to_string(),
     };
-    let payload = postcard::to_allocvec(&req).map_err(|e| e.to_string())?;
-    let mut client = peers.raft_client(url)?;
-    let mut request = tonic::Request::new(ForwardRequest {
-        payload: payload.into(),
-    });
-    request.set_timeout(timeout);
-    let reply = client
-        .forward(request)
-        .await
-        .map_err(|s| s.message().to_string())?;
-    match postcard::from_bytes(&reply.into_inner().payload) {
-        Ok(ForwardedReply::Identified(found)) => Ok(found),
-        Ok(other) => Err(format!("unexpected reply: {other:?}")),
-        Err(e) => Err(format!("undecodable reply: {e}")),
+    match ask(peers, url, &req, timeout).await? {
+        ForwardedReply::Identified(found) => Ok(found),
+        other => Err(format!("unexpected reply: {other:?}")),
     }
 }

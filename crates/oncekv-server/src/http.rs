@@ -96,7 +96,36 @@ async fn linearizable_read(core: &NodeCore) -> Result<(), String> {
 /// etcd's `/health`: `{"health":"true"}` with 200 when no alarm is raised, the member
 /// has a leader, and a linearizable read succeeds within a second; otherwise
 /// `"false"` with 503 and the reason.
-async fn health(State(core): State<Arc<NodeCore>>) -> Response {
+#[derive(Debug, serde::Deserialize, Default)]
+struct HealthQuery {
+    /// `?cluster`: every member's health, asked by this one (oncekv's; etcdctl's
+    /// `endpoint health --cluster` as one request).
+    cluster: Option<String>,
+}
+
+async fn health(State(core): State<Arc<NodeCore>>, Query(q): Query<HealthQuery>) -> Response {
+    if q.cluster.is_some() {
+        return match crate::fanout::cluster_health(&core).await {
+            Ok(()) => json(
+                StatusCode::OK,
+                serde_json::json!({ "health": "true", "reason": "" }),
+            ),
+            Err(report) => {
+                let members: serde_json::Map<String, serde_json::Value> = report
+                    .into_iter()
+                    .map(|(id, r)| (format!("{id:x}"), serde_json::Value::String(r)))
+                    .collect();
+                json(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    serde_json::json!({
+                        "health": "false",
+                        "reason": "not every member is healthy",
+                        "members": members,
+                    }),
+                )
+            }
+        };
+    }
     let alarm = core
         .alarms()
         .first()

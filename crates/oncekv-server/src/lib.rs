@@ -14,6 +14,8 @@
 //!   [`http`]: `/metrics`, `/health` and the other HTTP routes beside gRPC on the client
 //!   port, with [`metrics`], the member's Prometheus registry.
 //! - [`membership`]: adding, removing and promoting members; a member's identity.
+//! - [`fanout`]: questions asked of every member through the waiting list's quorum mode
+//!   (the corruption check, cluster health).
 //! - [`compactor`]: etcd's auto-compaction, decided by the leader through the log.
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
 //! - [`authority`]: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
@@ -26,6 +28,7 @@ pub mod config;
 pub mod disk;
 pub mod error;
 pub mod etcd;
+pub mod fanout;
 pub mod forwarder;
 pub mod http;
 pub mod log_store;

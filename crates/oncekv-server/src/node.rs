@@ -242,7 +242,7 @@ impl Node {
     {
         let (stop, stop_rx) = watch::channel(false);
         let (fatal_tx, fatal) = watch::channel(None);
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(fatal_watch(core.clone(), fatal_tx, stop_rx.clone())),
             tokio::spawn(crate::services::serve_clients(
                 core.clone(),
@@ -259,6 +259,19 @@ impl Node {
             tokio::spawn(crate::compactor::run(core.clone(), stop_rx.clone())),
             tokio::spawn(leadership_watch(core.clone(), stop_rx.clone())),
         ];
+        if core.config().initial_corrupt_check {
+            tasks.push(tokio::spawn(initial_corrupt_check(
+                core.clone(),
+                stop_rx.clone(),
+            )));
+        }
+        if let Some(period) = core.config().corrupt_check_time {
+            tasks.push(tokio::spawn(crate::fanout::periodic_check(
+                core.clone(),
+                period,
+                stop_rx.clone(),
+            )));
+        }
         let id = core.id();
         tracing::info!(name = %core.config().name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
         Node {
@@ -552,6 +565,25 @@ async fn fatal_watch(
             },
         }
     }
+}
+
+/// The corruption check once this member has a leader and has caught up with it, as
+/// etcd's initial check runs before it serves.
+async fn initial_corrupt_check(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    let ready = async {
+        loop {
+            if core.leader().is_some() && core.read_index().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        _ = stop.changed() => return,
+        _ = ready => {}
+    }
+    let outcome = crate::fanout::corruption_check(&core).await;
+    tracing::info!(?outcome, "initial corruption check");
 }
 
 /// When this node stops leading, everything waiting on it fails with `NotLeader` so that

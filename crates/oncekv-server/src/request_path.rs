@@ -78,6 +78,7 @@ pub struct NodeCore {
     /// The member's data on disk (snapshot file and live log), as last measured by the
     /// ticker: etcd's db size, which the space quota limits.
     db_size: std::sync::atomic::AtomicU64,
+    fanouts: crate::fanout::Fanouts,
     metrics: SharedMetrics,
 }
 
@@ -134,6 +135,7 @@ impl NodeCore {
             torn_tail,
             log,
             db_size: std::sync::atomic::AtomicU64::new(0),
+            fanouts: crate::fanout::Fanouts::new(),
             metrics,
         }
     }
@@ -470,6 +472,15 @@ impl NodeCore {
             Forwarded::Identify { peer_url } => {
                 ForwardedReply::Identified(self.identify(&peer_url))
             }
+            Forwarded::HashKv { revision } => {
+                ForwardedReply::HashKv(self.hash_kv_when_applied(revision).await)
+            }
+            Forwarded::Health => {
+                ForwardedReply::Health(match crate::fanout::own_health(self).await {
+                    Ok(()) => "ok".to_string(),
+                    Err(reason) => reason,
+                })
+            }
         }
     }
 
@@ -566,6 +577,33 @@ impl NodeCore {
         result
     }
 
+    /// HashKV at `revision`, once this member has applied it (within the request
+    /// timeout).
+    async fn hash_kv_when_applied(&self, revision: i64) -> Result<u32, String> {
+        let mut applied = self.applied.subscribe_revision();
+        let reached = applied.wait_for(|r| *r >= revision);
+        match tokio::time::timeout(self.config.request_timeout, reached).await {
+            Ok(Ok(_)) => {}
+            _ => return Err(format!("revision {revision} not applied in time")),
+        }
+        crate::etcd::hash_kv(self, revision)
+            .map(|(hash, _, _)| hash)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The fan-outs (corruption check, cluster health) waiting for members' answers.
+    pub fn fanouts(&self) -> &crate::fanout::Fanouts {
+        &self.fanouts
+    }
+
+    /// Overwrites `key`'s value in this member's applied state only, bypassing the log:
+    /// breaks replica agreement on purpose. For corruption-detection tests; nothing in
+    /// the server calls it.
+    #[doc(hidden)]
+    pub fn corrupt_value_for_test(&self, key: &[u8], value: &[u8]) -> bool {
+        self.applied.corrupt_value_for_test(key, value)
+    }
+
     /// Who the member with `peer_url` is, by this member's applied (committed)
     /// membership.
     pub(crate) fn identify(&self, peer_url: &str) -> Identified {
@@ -658,6 +696,7 @@ impl NodeCore {
     /// an in-flight original, and reads waiting for the applied index.
     pub(crate) fn expire_waiters(&self, now: Instant) {
         self.in_flight.expire(now);
+        self.fanouts.expire(now);
         self.applied.waiters().expire(now);
     }
 

@@ -112,6 +112,11 @@ impl Applied {
         });
     }
 
+    /// See [`NodeCore::corrupt_value_for_test`](crate::request_path::NodeCore::corrupt_value_for_test).
+    pub(crate) fn corrupt_value_for_test(&self, key: &[u8], value: &[u8]) -> bool {
+        self.write().sm.corrupt_value_for_test(key, value)
+    }
+
     fn applied_up_to(&self, index: u64) {
         self.waiters.complete_up_to(&index, |_| ());
     }

@@ -63,6 +63,13 @@ pub struct Tuning {
     /// default (etcd's: 2 GiB).
     #[arg(long, default_value_t = 0)]
     pub quota_backend_bytes: u64,
+    /// Once started, compare every member's HashKV at one revision; a mismatch raises the
+    /// CORRUPT alarm, which stops reads and writes until `alarm disarm`.
+    #[arg(long, alias = "experimental-initial-corrupt-check")]
+    pub initial_corrupt_check: bool,
+    /// Compare every member's HashKV this often (e.g. 1h, 30m; 0 = never, the default).
+    #[arg(long, alias = "experimental-corrupt-check-time", default_value = "0", value_parser = crate::cli::parse_duration)]
+    pub corrupt_check_time: Duration,
     /// Most operations in one txn branch (etcd's default: 128).
     #[arg(long, default_value_t = 128)]
     pub max_txn_ops: usize,
@@ -115,6 +122,9 @@ impl Tuning {
         config.election_timeout_ms = self.election_timeout;
         config.max_request_bytes = self.max_request_bytes;
         config.max_txn_ops = self.max_txn_ops;
+        config.initial_corrupt_check = self.initial_corrupt_check;
+        config.corrupt_check_time =
+            (!self.corrupt_check_time.is_zero()).then_some(self.corrupt_check_time);
         if self.quota_backend_bytes > 0 {
             config.quota_backend_bytes = self.quota_backend_bytes;
         }

@@ -1,0 +1,280 @@
+//! Questions one member asks every member: the corruption check and cluster health.
+//!
+//! Both go through the request waiting list's quorum mode (`shared/DESIGN.md` section 3):
+//! a waiter registered for `n` answers that completes when all `n` agree and fails as
+//! soon as one disagrees. Each member's answer is fed in as it arrives; a member that
+//! does not answer leaves the waiter to its deadline (a timeout, not a verdict).
+//!
+//! - **Corruption check** (etcd's, at start with `--initial-corrupt-check` and every
+//!   `--corrupt-check-time`): every member's HashKV at this member's current revision. A
+//!   member behind that revision waits until it has applied it. Disagreement raises the
+//!   CORRUPT alarm, through the log, for each member outside the largest agreeing group
+//!   (for this member when there is none), which stops reads and writes until disarmed.
+//! - **Cluster health** (`/health?cluster`): every member's own health (a leader, no
+//!   alarm, a linearizable read), as `etcdctl endpoint health --cluster` reports it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use oncekv_core::AlarmKind;
+use oncekv_core::waiting_list::{WaitError, WaitingList};
+
+use crate::request_path::NodeCore;
+use crate::types::NodeId;
+
+/// The waiting list the fan-outs wait on, with the ids that tell fan-outs apart.
+#[derive(Debug, Default)]
+pub struct Fanouts {
+    list: WaitingList<u64, String, String>,
+    next: AtomicU64,
+}
+
+/// What a corruption check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckOutcome {
+    /// Every member has this HashKV at the revision.
+    Consistent { revision: i64, hash: u32 },
+    /// Members disagree; these were alarmed.
+    Corrupt {
+        revision: i64,
+        hashes: BTreeMap<NodeId, u32>,
+        alarmed: Vec<NodeId>,
+    },
+    /// Not every member answered in time: nothing can be concluded.
+    Incomplete {
+        revision: i64,
+        answered: usize,
+        members: usize,
+    },
+}
+
+/// A member's own health, as `/health` decides it: `Ok` or the reason.
+pub async fn own_health(core: &NodeCore) -> Result<(), String> {
+    if let Some((_, alarm)) = core.alarms().first() {
+        return Err(format!("ALARM {}", crate::etcd::alarm_name(*alarm)));
+    }
+    if core.leader().is_none() {
+        return Err("RAFT NO LEADER".to_string());
+    }
+    match tokio::time::timeout(Duration::from_secs(1), core.read_index()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("QGET ERROR: {e}")),
+        Err(_) => Err("QGET ERROR: timed out".to_string()),
+    }
+}
+
+impl Fanouts {
+    pub fn new() -> Fanouts {
+        Fanouts::default()
+    }
+
+    /// Fails the fan-outs whose deadline has passed (the node's ticker calls it).
+    pub fn expire(&self, now: std::time::Instant) {
+        self.list.expire(now);
+    }
+}
+
+/// Every member of the configuration in effect, with its peer URL.
+fn members(core: &NodeCore) -> Vec<(NodeId, String)> {
+    core.membership()
+        .into_iter()
+        .map(|(id, m)| (id, m.peer_url))
+        .collect()
+}
+
+/// Asks every member `ask` (this member answers itself with `own`), feeding each answer
+/// into one quorum waiter that needs all of them to agree. Returns the waiter's verdict
+/// and every answer received, by member.
+async fn ask_all<F, Fut>(
+    core: &Arc<NodeCore>,
+    own: String,
+    ask: F,
+    timeout: Duration,
+) -> (Result<String, WaitError<String>>, BTreeMap<NodeId, String>)
+where
+    F: Fn(Arc<NodeCore>, String) -> Fut,
+    Fut: Future<Output = Result<String, String>> + Send + 'static,
+{
+    let fanouts = core.fanouts();
+    let members = members(core);
+    let key = fanouts.next.fetch_add(1, Ordering::Relaxed);
+    let deadline = tokio::time::Instant::now().into_std() + timeout;
+    // Registered before anyone is asked: an answer fed earlier would not count.
+    let waiter = fanouts
+        .list
+        .register_quorum(key, members.len(), members.len(), Some(deadline));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for (id, url) in &members {
+        if *id == core.id() {
+            fanouts.list.answer(&key, *id, own.clone());
+            let _ = tx.send((*id, own.clone()));
+            continue;
+        }
+        let (fut, tx, id) = (ask(core.clone(), url.clone()), tx.clone(), *id);
+        let fanouts_key = key;
+        let core = core.clone();
+        tokio::spawn(async move {
+            match fut.await {
+                Ok(answer) => {
+                    core.fanouts().list.answer(&fanouts_key, id, answer.clone());
+                    let _ = tx.send((id, answer));
+                }
+                Err(e) => tracing::debug!(member = format!("{id:x}"), "fan-out: {e}"),
+            }
+        });
+    }
+    drop(tx);
+    let verdict = tokio::select! {
+        v = waiter => v,
+        // The ticker expires the waiter at its deadline; this is the backstop if no
+        // ticker runs (a node being shut down).
+        _ = tokio::time::sleep(timeout + Duration::from_secs(1)) => Err(WaitError::Timeout),
+    };
+    let mut answers = BTreeMap::new();
+    while let Ok((id, a)) = rx.try_recv() {
+        answers.insert(id, a);
+    }
+    (verdict, answers)
+}
+
+/// Compares every member's HashKV at this member's current revision; raises CORRUPT for
+/// the members that disagree.
+pub async fn corruption_check(core: &Arc<NodeCore>) -> CheckOutcome {
+    let revision = core.applied().read().sm.revision();
+    let own = match crate::etcd::hash_kv(core, revision) {
+        Ok((hash, _, _)) => hash,
+        Err(e) => {
+            tracing::warn!("corruption check: own HashKV at {revision}: {e}");
+            return CheckOutcome::Incomplete {
+                revision,
+                answered: 0,
+                members: members(core).len(),
+            };
+        }
+    };
+    let timeout = core.config().request_timeout;
+    let (verdict, answers) = ask_all(
+        core,
+        own.to_string(),
+        move |core: Arc<NodeCore>, url| async move {
+            core.forwarder()
+                .hash_kv_at(&url, revision)
+                .await
+                .map(|h| h.to_string())
+        },
+        timeout,
+    )
+    .await;
+    let hashes: BTreeMap<NodeId, u32> = answers
+        .iter()
+        .filter_map(|(id, h)| Some((*id, h.parse().ok()?)))
+        .collect();
+    match verdict {
+        Ok(_) => CheckOutcome::Consistent {
+            revision,
+            hash: own,
+        },
+        Err(WaitError::QuorumUnreachable) => {
+            let alarmed = outliers(&hashes, core.id());
+            tracing::error!(
+                revision,
+                ?hashes,
+                "corruption check: members disagree on HashKV; raising CORRUPT"
+            );
+            for id in &alarmed {
+                if let Err(e) = core.set_alarm(true, *id, AlarmKind::Corrupt).await {
+                    tracing::error!("raising CORRUPT for {id:x}: {e}");
+                }
+            }
+            CheckOutcome::Corrupt {
+                revision,
+                hashes,
+                alarmed,
+            }
+        }
+        Err(_) => CheckOutcome::Incomplete {
+            revision,
+            answered: hashes.len(),
+            members: members(core).len(),
+        },
+    }
+}
+
+/// The members outside the largest group of equal hashes; `me` when no group is larger
+/// than every other (nothing says who is right).
+fn outliers(hashes: &BTreeMap<NodeId, u32>, me: NodeId) -> Vec<NodeId> {
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for h in hashes.values() {
+        *counts.entry(*h).or_default() += 1;
+    }
+    let mut sizes: Vec<(usize, u32)> = counts.iter().map(|(h, n)| (*n, *h)).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    match sizes.as_slice() {
+        [(first, majority), rest @ ..] if rest.first().is_none_or(|(n, _)| n < first) => hashes
+            .iter()
+            .filter(|(_, h)| *h != majority)
+            .map(|(id, _)| *id)
+            .collect(),
+        _ => vec![me],
+    }
+}
+
+/// Every member's health, for `/health?cluster`: `Ok` when every member answered healthy,
+/// otherwise the members and their reasons (or no answer).
+pub async fn cluster_health(core: &Arc<NodeCore>) -> Result<(), BTreeMap<NodeId, String>> {
+    let own = match own_health(core).await {
+        Ok(()) => "ok".to_string(),
+        Err(reason) => reason,
+    };
+    let (verdict, answers) = ask_all(
+        core,
+        own,
+        |core: Arc<NodeCore>, url| async move { core.forwarder().health_of(&url).await },
+        Duration::from_secs(3),
+    )
+    .await;
+    match verdict {
+        Ok(answer) if answer == "ok" => Ok(()),
+        _ => {
+            let mut report: BTreeMap<NodeId, String> = members(core)
+                .into_iter()
+                .map(|(id, _)| (id, "no answer".to_string()))
+                .collect();
+            report.extend(answers);
+            Err(report)
+        }
+    }
+}
+
+/// Runs the corruption check every `period` until `stop`.
+pub async fn periodic_check(
+    core: Arc<NodeCore>,
+    period: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        let outcome = corruption_check(&core).await;
+        tracing::debug!(?outcome, "periodic corruption check");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_minority_is_alarmed_and_a_tie_alarms_the_checker() {
+        let three = BTreeMap::from([(1, 7), (2, 7), (3, 9)]);
+        assert_eq!(outliers(&three, 1), vec![3]);
+        let tie = BTreeMap::from([(1, 7), (2, 9)]);
+        assert_eq!(outliers(&tie, 1), vec![1]);
+        let agreed = BTreeMap::from([(1, 7), (2, 7)]);
+        assert!(outliers(&agreed, 1).is_empty());
+    }
+}
