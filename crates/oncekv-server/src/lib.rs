@@ -12,7 +12,8 @@
 //!   snapshot file; [`backup`]: point-in-time copies and restoring a new cluster from one.
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers;
 //!   [`http`]: `/metrics`, `/health` and the other HTTP routes beside gRPC on the client
-//!   port, with [`metrics`], the member's Prometheus registry.
+//!   port, with [`metrics`], the member's Prometheus registry; [`gateway`]: etcd's JSON
+//!   gateway on the same port.
 //! - [`membership`]: adding, removing and promoting members; a member's identity.
 //! - [`fanout`]: questions asked of every member through the waiting list's quorum mode
 //!   (the corruption check, cluster health).
@@ -30,6 +31,7 @@ pub mod error;
 pub mod etcd;
 pub mod fanout;
 pub mod forwarder;
+pub mod gateway;
 pub mod http;
 pub mod log_store;
 pub mod membership;

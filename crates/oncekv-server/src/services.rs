@@ -104,6 +104,7 @@ where
         .routes()
         .into_axum_router()
         .merge(crate::http::routes(core.clone()))
+        .merge(crate::gateway::routes(core.clone(), stop.clone()))
         .fallback(crate::http::not_found);
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)

@@ -25,4 +25,4 @@ pub use lock::LockService;
 pub use maintenance::{ETCD_API_VERSION, MaintenanceService, alarm_name, hash_kv};
 pub use oncekv_proto::SessionMeta;
 pub use session::SessionService;
-pub use watch::WatchService;
+pub use watch::{WatchService, serve_stream as watch_stream};

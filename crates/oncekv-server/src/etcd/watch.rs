@@ -120,11 +120,30 @@ impl Watch for WatchService {
         if require_leader && self.node.leader().is_none() {
             return Err(ApiError::from(ProposeError::NoLeader).into());
         }
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let task = StreamTask::new(self.node.clone(), tx, self.stop.clone());
-        tokio::spawn(task.run(request.into_inner(), require_leader));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(serve_stream(
+            self.node.clone(),
+            self.stop.clone(),
+            request.into_inner(),
+            require_leader,
+        ))))
     }
+}
+
+/// Serves one watch stream whose requests come from `requests` (a gRPC stream, or the
+/// JSON gateway's single create request): the responses, until the receiver is dropped.
+pub fn serve_stream<S>(
+    node: Arc<NodeCore>,
+    stop: watch::Receiver<bool>,
+    requests: S,
+    require_leader: bool,
+) -> ReceiverStream<Result<pb::WatchResponse, Status>>
+where
+    S: futures::Stream<Item = Result<pb::WatchRequest, Status>> + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let task = StreamTask::new(node, tx, stop);
+    tokio::spawn(task.run(requests, require_leader));
+    ReceiverStream::new(rx)
 }
 
 /// One watcher of a stream.
@@ -234,7 +253,11 @@ impl StreamTask {
         }
     }
 
-    async fn run(mut self, mut inbound: Streaming<pb::WatchRequest>, require_leader: bool) {
+    async fn run<S>(mut self, mut inbound: S, require_leader: bool)
+    where
+        S: futures::Stream<Item = Result<pb::WatchRequest, Status>> + Unpin,
+    {
+        use futures::StreamExt;
         let mut revisions = self.node.applied().subscribe_revision();
         let period = self.node.config().watch_progress_notify_interval;
         let mut progress_ticks =
@@ -259,13 +282,13 @@ impl StreamTask {
                 biased;
                 () = stopping(&mut stop) => break Some(ProposeError::Stopped),
                 () = closed.closed() => break None,
-                msg = inbound.message(), if reading => match msg {
-                    Ok(Some(req)) => self.handle(req).await,
-                    Ok(None) => {
+                msg = inbound.next(), if reading => match msg {
+                    Some(Ok(req)) => self.handle(req).await,
+                    None => {
                         reading = false;
                         Ok(())
                     }
-                    Err(status) => {
+                    Some(Err(status)) => {
                         tracing::debug!("watch stream: {status}");
                         break None;
                     }
