@@ -89,10 +89,10 @@ impl Client {
     }
 
     /// A membership change: not a tracked command (membership lives in raft's
-    /// configuration, not the state machine), so it is sent once, to the first endpoint
-    /// that can be reached; only an endpoint that cannot be reached at all passes it on.
-    /// A change whose reply was lost is not repeated; its retry by hand is refused
-    /// harmlessly (the peer URL exists, the member is gone).
+    /// configuration, not the state machine). Each endpoint is tried in turn until one
+    /// answers; one that cannot be reached or does not answer in time passes it on. A
+    /// change that took effect before its reply was lost is then refused harmlessly by
+    /// the next member (the peer URL exists, the member is gone), never made twice.
     async fn member_call<Req, Resp, F, Fut>(&self, req: Req, call: F) -> Result<Resp, Error>
     where
         Req: Clone,
@@ -108,18 +108,15 @@ impl Client {
             match tokio::time::timeout(timeout, call(client, request)).await {
                 Ok(Ok(resp)) => return Ok(resp.into_inner()),
                 Ok(Err(status)) => match classify(&status, &endpoint) {
-                    Failure::Retry {
-                        error,
-                        maybe_sent: false,
-                    } => last = Some(error),
-                    Failure::Retry { error, .. } | Failure::Answer(error) => return Err(error),
+                    Failure::Retry { error, .. } => last = Some(error),
+                    Failure::Answer(error) => return Err(error),
                     Failure::SessionExpired(message) => return Err(Error::SessionExpired(message)),
                 },
                 Err(_) => {
-                    return Err(Error::Timeout {
+                    last = Some(Error::Timeout {
                         endpoint,
                         after: timeout,
-                    });
+                    })
                 }
             }
         }

@@ -80,7 +80,7 @@ pub enum MembershipError {
     LearnerNotReady,
     #[error("etcdserver: too many learner members in cluster")]
     TooManyLearners,
-    #[error("etcdserver: peer URL {0:?} is not http://IP:PORT")]
+    #[error("etcdserver: peer URL {0:?} is not http://HOST:PORT")]
     BadPeerUrl(String),
     /// openraft refused it: another change is still in progress, or the change would
     /// leave no voter.
@@ -285,10 +285,18 @@ impl NodeCore {
 }
 
 fn check_peer_url(url: &str) -> Result<(), MembershipError> {
+    // An IP or a host name (the peers resolve it), and a port.
     let ok = url
         .strip_prefix("http://")
         .map(|r| r.trim_end_matches('/'))
-        .is_some_and(|hp| hp.parse::<std::net::SocketAddr>().is_ok());
+        .and_then(|hp| hp.rsplit_once(':'))
+        .is_some_and(|(host, port)| {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-.[]:".contains(c))
+                && port.parse::<u16>().is_ok()
+        });
     if ok {
         Ok(())
     } else {
@@ -385,9 +393,11 @@ mod tests {
     }
 
     #[test]
-    fn peer_urls_must_be_http_ip_port() {
+    fn peer_urls_must_be_http_host_port() {
         assert!(check_peer_url("http://127.0.0.1:2380").is_ok());
+        assert!(check_peer_url("http://n2:2380").is_ok());
         assert!(check_peer_url("https://127.0.0.1:2380").is_err());
-        assert!(check_peer_url("http://localhost:2380").is_err());
+        assert!(check_peer_url("http://localhost").is_err());
+        assert!(check_peer_url("http://a/b:2380").is_err());
     }
 }

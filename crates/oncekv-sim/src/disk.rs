@@ -69,6 +69,11 @@ impl MemDisk {
         lost
     }
 
+    /// Erases everything, as a new disk (a member replaced with an empty data directory).
+    pub fn wipe(&self) {
+        *lock(&self.tree) = Tree::default();
+    }
+
     /// Total bytes stored (for the trace).
     pub fn bytes(&self) -> u64 {
         let tree = lock(&self.tree);

@@ -41,6 +41,9 @@ pub enum Action {
     /// Hold a client's messages to and from every node (sometimes for longer than the
     /// session TTL): a paused client.
     PauseClient { client: usize },
+    /// Remove a member (the leader when `leader`, else a follower), wipe its disk and add
+    /// it back as a new member ([`crate::membership`]). Not undone by a heal.
+    ReplaceMember { leader: bool },
     /// Undo everything above (heal links, restart crashed nodes, release held messages).
     Heal,
 }
@@ -60,6 +63,8 @@ impl Action {
             Action::Crash { .. } => "crash",
             Action::ClockJump { .. } => "clock-jump",
             Action::PauseClient { .. } => "pause-client",
+            Action::ReplaceMember { leader: true } => "replace-leader",
+            Action::ReplaceMember { leader: false } => "replace-member",
             Action::Heal => "heal",
         }
     }

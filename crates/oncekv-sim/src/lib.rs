@@ -4,7 +4,8 @@
 //! and real `oncekv-client` clients run as turmoil hosts on one thread, in simulated time,
 //! over a simulated network and simulated disks ([`disk::MemDisk`]), with every source of
 //! randomness seeded from one `u64`. The seed chooses the faults ([`faults`]) and the
-//! workload ([`workload`], with [`watchers`] following it); the checkers ([`replicas`],
+//! workload ([`workload`], with [`watchers`] following it) and a membership change
+//! ([`membership`]); the checkers ([`replicas`],
 //! [`check`], [`linearizability`], [`watchers::check`], [`lockers::check`]) judge the run. Running a seed again reproduces it bit for bit ([`run::Report::trace_hash`]).
 //!
 //! ```no_run
@@ -22,6 +23,7 @@ pub mod duplicate;
 pub mod faults;
 pub mod linearizability;
 pub mod lockers;
+pub mod membership;
 pub mod net;
 pub mod replicas;
 pub mod run;

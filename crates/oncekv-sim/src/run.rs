@@ -21,6 +21,7 @@ use crate::disk::MemDisk;
 use crate::duplicate::Duplicates;
 use crate::faults::{self, Action};
 use crate::lockers::{self, LockerPlan};
+use crate::membership;
 use crate::net::{CLIENT_PORT, Net, PEER_PORT};
 use crate::replicas::{ReplicaObserver, Replicas};
 use crate::trace::Trace;
@@ -58,6 +59,8 @@ pub struct Options {
     pub watchers: bool,
     /// Run the lockers ([`lockers`]) beside the workload.
     pub lockers: bool,
+    /// Replace a member during the faults ([`membership`]).
+    pub membership: bool,
 }
 
 impl Default for Options {
@@ -73,6 +76,7 @@ impl Default for Options {
             schedule: None,
             watchers: true,
             lockers: true,
+            membership: true,
         }
     }
 }
@@ -128,6 +132,9 @@ struct NodeCtx {
     trace: Trace,
     net: Net,
     duplicates: Arc<Duplicates>,
+    /// Set while the node was wiped and added back: its next start joins the running
+    /// cluster instead of founding one.
+    joining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn node_name(i: usize) -> String {
@@ -165,15 +172,28 @@ async fn run_node(ctx: NodeCtx) -> turmoil::Result {
     config.clock = clock;
     config.disk = ctx.disk.clone();
     config.observer = Some(ctx.observer.clone());
-    let transport = NodeTransport {
-        clients: ctx.net.listen(&name, CLIENT_PORT).await?,
-        peers: ctx.net.listen(&name, PEER_PORT).await?,
-        connector: ctx.net.connector(&name),
-        duplicator: Some(ctx.duplicates.clone()),
+    if ctx.joining.load(Ordering::Acquire) {
+        config.initial_cluster_state = oncekv_server::config::ClusterState::Existing;
+    }
+    // A member joining a running cluster cannot start until the cluster lists it (the
+    // admin's MemberAdd may not have committed yet): like a supervised process, it tries
+    // again after a while. Any other start error is a failure of the run.
+    let node = loop {
+        let transport = NodeTransport {
+            clients: ctx.net.listen(&name, CLIENT_PORT).await?,
+            peers: ctx.net.listen(&name, PEER_PORT).await?,
+            connector: ctx.net.connector(&name),
+            duplicator: Some(ctx.duplicates.clone()),
+        };
+        match Node::start_with_transport(config.clone(), transport).await {
+            Ok(node) => break node,
+            Err(e @ oncekv_server::error::StartError::Join { .. }) => {
+                ctx.trace.line(format!("{name} could not join yet: {e}"));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(format!("{name} failed to start: {e}").into()),
+        }
     };
-    let node = Node::start_with_transport(config, transport)
-        .await
-        .map_err(|e| format!("{name} failed to start: {e}"))?;
     ctx.trace.line(format!("{name} started"));
     if let Some(slot) = lock(&ctx.cores).get_mut(ctx.index) {
         *slot = Some(node.core.clone());
@@ -259,6 +279,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let snapshot_count = rng.gen_range(30..=300);
     let mut disks = Vec::new();
     let mut offsets = Vec::new();
+    let mut joining = Vec::new();
     for i in 0..opts.nodes {
         let ctx = NodeCtx {
             index: i,
@@ -277,7 +298,9 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             trace: trace.clone(),
             net: net.clone(),
             duplicates: duplicates.clone(),
+            joining: Arc::default(),
         };
+        joining.push(ctx.joining.clone());
         disks.push(ctx.disk.clone());
         offsets.push(ctx.clock_offset.clone());
         sim.host(node_name(i), move || run_node(ctx.clone()));
@@ -340,7 +363,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         });
     }
 
-    let schedule = if let Some(s) = &opts.schedule {
+    let mut schedule = if let Some(s) = &opts.schedule {
         s.clone()
     } else if opts.faults {
         faults::plan(
@@ -353,11 +376,36 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     } else {
         Vec::new()
     };
+    if opts.faults && opts.schedule.is_none() && opts.membership {
+        schedule.extend(membership::plan(seed, faults_end.as_millis() as u64));
+        schedule.sort_by_key(|s| s.at_ms);
+    }
+    let jobs: Arc<Mutex<Vec<membership::Replacement>>> = Arc::default();
+    let requests: membership::Requests = Arc::default();
+    let admin = schedule
+        .iter()
+        .any(|s| matches!(s.action, Action::ReplaceMember { .. }));
+    if admin {
+        let plan = membership::AdminPlan {
+            endpoints: endpoints.clone(),
+            jobs: jobs.clone(),
+            requests: requests.clone(),
+            clients_running: clients_running.clone(),
+            trace: trace.clone(),
+            net: net.clone(),
+        };
+        sim.client(membership::ADMIN, membership::run(plan));
+    }
     let mut world = World {
         nodes: opts.nodes,
         clients: opts.clients,
         lockers: if opts.lockers { lockers::LOCKERS } else { 0 },
         crashed: vec![false; opts.nodes],
+        replacing: vec![false; opts.nodes],
+        admin,
+        joining,
+        jobs,
+        requests,
         disks,
         offsets,
         cores,
@@ -375,6 +423,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             world.apply(&mut sim, &schedule[next].action, &mut rng);
             next += 1;
         }
+        world.serve_admin(&mut sim, &mut rng);
         let stepped = sim.step();
         for sprung in trap.take_sprung() {
             trace.at(
@@ -491,6 +540,14 @@ struct World {
     clients: usize,
     lockers: usize,
     crashed: Vec<bool>,
+    /// Nodes removed and not yet started again to join: a heal leaves them down.
+    replacing: Vec<bool>,
+    /// Whether the admin host exists (the schedule replaces a member).
+    admin: bool,
+    joining: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// Replacements for the admin host to carry out.
+    jobs: Arc<Mutex<Vec<membership::Replacement>>>,
+    requests: membership::Requests,
     disks: Vec<Arc<MemDisk>>,
     offsets: Vec<Arc<AtomicI64>>,
     cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>>,
@@ -519,7 +576,44 @@ impl World {
             .map(node_name)
             .chain((0..self.clients).map(client_name))
             .chain((0..self.lockers).map(locker_name))
+            .chain(self.admin.then(|| membership::ADMIN.to_string()))
             .collect()
+    }
+
+    /// Does what the admin host asked of the driver: take a removed node down and wipe
+    /// its disk, or start it again to join.
+    fn serve_admin(&mut self, sim: &mut turmoil::Sim<'_>, rng: &mut StdRng) {
+        use membership::Phase;
+        let mut requests = lock(&self.requests);
+        for (node, phase) in requests.iter_mut() {
+            let n = *node;
+            let now = sim.elapsed().as_millis();
+            match phase {
+                Phase::WipeRequested => {
+                    if !self.crashed[n] {
+                        sim.crash(node_name(n));
+                        self.disks[n].crash(rng);
+                        self.crashed[n] = true;
+                    }
+                    self.disks[n].wipe();
+                    self.replacing[n] = true;
+                    self.joining[n].store(true, Ordering::Release);
+                    if let Some(slot) = lock(&self.cores).get_mut(n) {
+                        *slot = None;
+                    }
+                    self.trace.at(now, format!("n{n} taken down and wiped"));
+                    *phase = Phase::Wiped;
+                }
+                Phase::StartRequested => {
+                    sim.bounce(node_name(n));
+                    self.crashed[n] = false;
+                    self.replacing[n] = false;
+                    self.trace.at(now, format!("n{n} starting to join"));
+                    *phase = Phase::Started;
+                }
+                Phase::Wiped | Phase::Started => {}
+            }
+        }
     }
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, action: &Action, rng: &mut StdRng) {
@@ -594,6 +688,27 @@ impl World {
                     }
                 }
             }
+            Action::ReplaceMember { leader } => {
+                let target = if *leader {
+                    self.leader()
+                } else {
+                    let leader = self.leader();
+                    (0..self.nodes)
+                        .find(|n| Some(*n) != leader && !self.crashed[*n] && !self.replacing[*n])
+                };
+                let id = target.and_then(|n| {
+                    lock(&self.cores)
+                        .get(n)
+                        .and_then(|c| c.as_ref().map(|c| c.id()))
+                });
+                match (target, id) {
+                    (Some(node), Some(id)) if !self.replacing.iter().any(|r| *r) => {
+                        lock(&self.jobs).push(membership::Replacement { node, id });
+                        note = format!("fault ReplaceMember n{node} ({id:x})");
+                    }
+                    _ => note = "fault ReplaceMember (no member to replace now)".to_string(),
+                }
+            }
             Action::Heal => {
                 self.net.heal();
                 self.duplicates.set_rate(0);
@@ -605,7 +720,7 @@ impl World {
                     }
                 }
                 for n in 0..self.nodes {
-                    if self.crashed[n] {
+                    if self.crashed[n] && !self.replacing[n] {
                         sim.bounce(node_name(n));
                         self.crashed[n] = false;
                     }

@@ -25,6 +25,8 @@ const FAULT_KINDS: &[&str] = &[
     "crash",
     "clock-jump",
     "pause-client",
+    "replace-leader",
+    "replace-member",
 ];
 
 /// `name count, name count` after `prefix` on a summary line.
