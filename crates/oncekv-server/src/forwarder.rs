@@ -64,6 +64,10 @@ pub(crate) enum Forwarded {
     HashKv { revision: i64 },
     /// Served by any member: its own health. Answered with [`ForwardedReply::Health`].
     Health,
+    /// MoveLeader, to a follower that is not the transferee: start no election for `ms`.
+    HoldElections { ms: u64 },
+    /// MoveLeader, to the transferee: campaign now.
+    Campaign,
 }
 
 /// The leader's answer to a [`Forwarded`] request.
@@ -84,6 +88,8 @@ pub(crate) enum ForwardedReply {
     HashKv(Result<u32, String>),
     /// "ok", or why the member is not healthy.
     Health(String),
+    /// Done, nothing to report.
+    Done,
 }
 
 /// What a member knows of the member with a peer URL, by its applied (so committed)
@@ -235,6 +241,14 @@ impl Forwarder {
         {
             ForwardedReply::HashKv(result) => result,
             other => Err(format!("unexpected reply: {other:?}")),
+        }
+    }
+
+    /// Sends `req` to the member at `url`; its error answer as an error.
+    pub(crate) async fn ask_member(&self, url: &str, req: Forwarded) -> Result<(), String> {
+        match ask(&self.route.peers, url, &req, self.route.timeout).await? {
+            ForwardedReply::Error(e) => Err(e.to_string()),
+            _ => Ok(()),
         }
     }
 

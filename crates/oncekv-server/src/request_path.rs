@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use oncekv_core::waiting_list::WaitingList;
 use oncekv_core::{
@@ -79,6 +79,8 @@ pub struct NodeCore {
     /// ticker: etcd's db size, which the space quota limits.
     db_size: std::sync::atomic::AtomicU64,
     fanouts: crate::fanout::Fanouts,
+    /// Set while this leader hands leadership over (MoveLeader): it proposes nothing.
+    transferring: std::sync::atomic::AtomicBool,
     metrics: SharedMetrics,
 }
 
@@ -136,6 +138,7 @@ impl NodeCore {
             log,
             db_size: std::sync::atomic::AtomicU64::new(0),
             fanouts: crate::fanout::Fanouts::new(),
+            transferring: std::sync::atomic::AtomicBool::new(false),
             metrics,
         }
     }
@@ -390,6 +393,11 @@ impl NodeCore {
 
     /// Proposes only on this node (a forwarded request must not be forwarded again).
     async fn propose_local(&self, command: Command) -> Result<Response, ProposeError> {
+        if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
+            // Handing leadership over: new entries would keep the followers' leader lease
+            // alive and stop the transferee's election.
+            return Err(ProposeError::NoLeader);
+        }
         self.proposer
             .propose(command, self.config.request_timeout)
             .await
@@ -475,6 +483,19 @@ impl NodeCore {
             Forwarded::HashKv { revision } => {
                 ForwardedReply::HashKv(self.hash_kv_when_applied(revision).await)
             }
+            Forwarded::HoldElections { ms } => {
+                let raft = self.raft.clone();
+                raft.runtime_config().elect(false);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    raft.runtime_config().elect(true);
+                });
+                ForwardedReply::Done
+            }
+            Forwarded::Campaign => match self.raft.trigger().elect().await {
+                Ok(()) => ForwardedReply::Done,
+                Err(_) => ForwardedReply::Error(ProposeError::Stopped),
+            },
             Forwarded::Health => {
                 ForwardedReply::Health(match crate::fanout::own_health(self).await {
                     Ok(()) => "ok".to_string(),
@@ -492,6 +513,9 @@ impl NodeCore {
         &self,
         commands: Vec<Command>,
     ) -> Vec<Result<Response, ProposeError>> {
+        if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
+            return vec![Err(ProposeError::NoLeader); commands.len()];
+        }
         let mut results: Vec<Option<Result<Response, ProposeError>>> = vec![None; commands.len()];
         let (mut joined, mut proposing, mut batch, mut markers) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -589,6 +613,67 @@ impl NodeCore {
         crate::etcd::hash_kv(self, revision)
             .map(|(hash, _, _)| hash)
             .map_err(|e| e.to_string())
+    }
+
+    /// etcd's MoveLeader, on the leader: hands leadership to voter `target`. Raft in
+    /// openraft 0.9 has no transfer message, so this leader stops proposing and sending
+    /// heartbeats, the other followers hold their own elections for a while, and once the
+    /// followers' leader lease has run out `target` campaigns, with a log as long as any.
+    /// Returns once `target` leads; clients see the member unavailable meanwhile (about
+    /// two election timeouts) and retry.
+    pub async fn move_leader(&self, target: NodeId) -> Result<(), String> {
+        use std::sync::atomic::Ordering;
+        let metrics = self.metrics();
+        if metrics.current_leader != Some(self.id) {
+            return Err("etcdserver: not leader".into());
+        }
+        if target == self.id {
+            return Ok(());
+        }
+        let membership = metrics.membership_config.membership().clone();
+        if !membership.voter_ids().any(|id| id == target) {
+            return Err("etcdserver: bad leader transferee".into());
+        }
+        let peer_url = |id: NodeId| membership.get_node(&id).map(|m| m.peer_url.clone());
+        let Some(target_url) = peer_url(target) else {
+            return Err("etcdserver: bad leader transferee".into());
+        };
+        let lease = Duration::from_millis(self.config.election_timeout_ms * 2);
+        if self.transferring.swap(true, Ordering::AcqRel) {
+            return Err("etcdserver: a leadership transfer is already in progress".into());
+        }
+        self.raft.runtime_config().heartbeat(false);
+        let hold_ms = (lease * 3).as_millis() as u64;
+        for id in membership
+            .voter_ids()
+            .filter(|id| *id != target && *id != self.id)
+        {
+            if let Some(url) = peer_url(id) {
+                let _ = self
+                    .forwarder
+                    .ask_member(&url, Forwarded::HoldElections { ms: hold_ms })
+                    .await;
+            }
+        }
+        // Followers refuse votes while their lease from this leader lasts.
+        tokio::time::sleep(lease + Duration::from_millis(100)).await;
+        let campaign = self
+            .forwarder
+            .ask_member(&target_url, Forwarded::Campaign)
+            .await;
+        let mut watch = self.raft.metrics();
+        let led = tokio::time::timeout(
+            lease * 2,
+            watch.wait_for(|m| m.current_leader == Some(target)),
+        )
+        .await;
+        self.raft.runtime_config().heartbeat(true);
+        self.transferring.store(false, Ordering::Release);
+        match (campaign, led) {
+            (_, Ok(Ok(_))) => Ok(()),
+            (Err(e), _) => Err(format!("etcdserver: leadership transfer failed: {e}")),
+            _ => Err("etcdserver: leadership transfer timed out".into()),
+        }
     }
 
     /// The fan-outs (corruption check, cluster health) waiting for members' answers.

@@ -165,6 +165,26 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
+    /// Hands leadership to `target_id` (see [`NodeCore::move_leader`]); only the leader
+    /// takes it, as etcd.
+    async fn move_leader(
+        &self,
+        request: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        let target = request.into_inner().target_id;
+        self.node.move_leader(target).await.map_err(|e| {
+            if e == "etcdserver: not leader" {
+                Status::unavailable(e)
+            } else {
+                Status::failed_precondition(e)
+            }
+        })?;
+        let revision = self.node.applied().read().sm.revision();
+        Ok(Response::new(pb::MoveLeaderResponse {
+            header: self.node.header(revision),
+        }))
+    }
+
     /// GET lists the raised alarms; ACTIVATE and DEACTIVATE raise and clear one through the
     /// log (etcdctl's `alarm disarm` deactivates each listed alarm in turn).
     async fn alarm(
