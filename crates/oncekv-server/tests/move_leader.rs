@@ -16,21 +16,27 @@ async fn the_leader_hands_over_to_the_named_member() {
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
     let mut kv = cluster.kv(leader).await;
     put(&mut kv, "before", "1").await.unwrap();
-    cluster.wait_caught_up(leader, Duration::from_secs(10)).await;
+    cluster
+        .wait_caught_up(leader, Duration::from_secs(10))
+        .await;
 
     for round in 0..2 {
         let leader = cluster.wait_leader(Duration::from_secs(10)).await;
         let target = (leader + 1 + round) % 3;
         let target_id = cluster.node(target).core.id();
         // A follower refuses.
-        let mut follower = MaintenanceClient::connect(cluster.endpoint(target)).await.unwrap();
+        let mut follower = MaintenanceClient::connect(cluster.endpoint(target))
+            .await
+            .unwrap();
         let err = follower
             .move_leader(MoveLeaderRequest { target_id })
             .await
             .unwrap_err();
         assert_eq!(err.message(), "etcdserver: not leader");
 
-        let mut m = MaintenanceClient::connect(cluster.endpoint(leader)).await.unwrap();
+        let mut m = MaintenanceClient::connect(cluster.endpoint(leader))
+            .await
+            .unwrap();
         m.move_leader(MoveLeaderRequest { target_id })
             .await
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
