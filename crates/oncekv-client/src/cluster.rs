@@ -99,28 +99,61 @@ impl Client {
         F: Fn(ClusterClient<Channel>, Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let timeout = self.config().request_timeout;
-        let mut last = None;
-        for endpoint in self.endpoint_urls() {
+        self.first_answer(|channel, timeout| {
             let mut request = Request::new(req.clone());
             request.set_timeout(timeout);
-            let client = ClusterClient::new(self.channel_to(&endpoint)?);
-            match tokio::time::timeout(timeout, call(client, request)).await {
-                Ok(Ok(resp)) => return Ok(resp.into_inner()),
-                Ok(Err(status)) => match classify(&status, &endpoint) {
-                    Failure::Retry { error, .. } => last = Some(error),
-                    Failure::Answer(error) => return Err(error),
-                    Failure::SessionExpired(message) => return Err(Error::SessionExpired(message)),
-                },
-                Err(_) => {
-                    last = Some(Error::Timeout {
-                        endpoint,
-                        after: timeout,
-                    })
-                }
+            call(ClusterClient::new(channel), request)
+        })
+        .await
+    }
+
+    /// `call` on each endpoint in turn until one answers (an answer may be a refusal);
+    /// an endpoint that cannot be reached or does not answer in time passes it on. For
+    /// calls that a second member refuses harmlessly if the first had taken them.
+    pub(crate) async fn first_answer<Resp, F, Fut>(&self, call: F) -> Result<Resp, Error>
+    where
+        F: Fn(Channel, std::time::Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let mut last = None;
+        for endpoint in self.endpoint_urls() {
+            match self.answer_of(&endpoint, &call).await {
+                Ok(resp) => return Ok(resp),
+                Err((error, true)) => last = Some(error),
+                Err((error, false)) => return Err(error),
             }
         }
         Err(last.unwrap_or_else(|| Error::InvalidArgument("no endpoints".to_string())))
+    }
+
+    /// One attempt of `call` at `endpoint`: the answer, or the error and whether another
+    /// member might answer instead (unreachable, no answer in time, no leader).
+    pub(crate) async fn answer_of<Resp, F, Fut>(
+        &self,
+        endpoint: &str,
+        call: &F,
+    ) -> Result<Resp, (Error, bool)>
+    where
+        F: Fn(Channel, std::time::Duration) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let timeout = self.config().request_timeout;
+        let channel = self.channel_to(endpoint).map_err(|e| (e, false))?;
+        match tokio::time::timeout(timeout, call(channel, timeout)).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(match classify(&status, endpoint) {
+                Failure::Retry { error, .. } => (error, true),
+                Failure::Answer(error) => (error, false),
+                Failure::SessionExpired(message) => (Error::SessionExpired(message), false),
+            }),
+            Err(_) => Err((
+                Error::Timeout {
+                    endpoint: endpoint.to_string(),
+                    after: timeout,
+                },
+                true,
+            )),
+        }
     }
 
     /// Streams a consistent point-in-time copy of the state of the member at the first
@@ -165,23 +198,14 @@ impl Client {
     /// The status of the member at `endpoint` (one of the client's endpoints or any
     /// other). One attempt, no failover: it is about that member.
     pub async fn status(&self, endpoint: &str) -> Result<Status, Error> {
-        let channel = self.channel_to(endpoint)?;
-        let timeout = self.config().request_timeout;
-        let mut request = Request::new(StatusRequest {});
-        request.set_timeout(timeout);
-        let mut client = MaintenanceClient::new(channel);
-        let call = client.status(request);
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(resp)) => Ok(resp.into_inner().into()),
-            Ok(Err(status)) => Err(match classify(&status, endpoint) {
-                Failure::Retry { error, .. } | Failure::Answer(error) => error,
-                Failure::SessionExpired(message) => Error::SessionExpired(message),
-            }),
-            Err(_) => Err(Error::Timeout {
-                endpoint: endpoint.to_string(),
-                after: timeout,
-            }),
-        }
+        self.answer_of(endpoint, &|channel, timeout| async move {
+            let mut request = Request::new(StatusRequest {});
+            request.set_timeout(timeout);
+            MaintenanceClient::new(channel).status(request).await
+        })
+        .await
+        .map(Status::from)
+        .map_err(|(e, _)| e)
     }
 }
 

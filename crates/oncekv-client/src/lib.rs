@@ -98,6 +98,7 @@ mod hedge;
 mod kv;
 mod lease;
 pub mod lock;
+mod maintenance;
 pub mod options;
 pub mod responses;
 mod retry;
@@ -110,6 +111,7 @@ pub use config::ClientConfig;
 pub use election::{Election, Leadership, Observer};
 pub use error::Error;
 pub use lock::{LockGuard, LockOptions};
+pub use maintenance::{Alarm, HashKv};
 pub use oncekv_core::KeyValue;
 pub use options::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp,

@@ -114,6 +114,61 @@ pub enum EndpointCommand {
         #[arg(long)]
         cluster: bool,
     },
+    /// Checks each endpoint's health with a linearizable read, as etcdctl does.
+    Health {
+        /// Every member of the cluster instead of the given endpoints.
+        #[arg(long)]
+        cluster: bool,
+    },
+    /// Prints each endpoint's HashKV: equal on every member at one revision (a differing
+    /// one means a member's state diverged).
+    Hashkv {
+        /// Every member of the cluster instead of the given endpoints.
+        #[arg(long)]
+        cluster: bool,
+        /// The revision to hash (0: each member's newest).
+        #[arg(long, default_value_t = 0)]
+        rev: i64,
+    },
+}
+
+/// `alarm list | disarm`.
+#[derive(Debug, Args)]
+pub struct AlarmArgs {
+    #[command(subcommand)]
+    pub command: AlarmCommand,
+    #[command(flatten)]
+    pub flags: ClientFlags,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlarmCommand {
+    /// Lists the raised alarms (NOSPACE: the space quota was exceeded; CORRUPT: members
+    /// disagree on the state).
+    List,
+    /// Clears every raised alarm (free space first: a NOSPACE alarm comes back with the
+    /// next write otherwise).
+    Disarm,
+}
+
+/// `defrag`.
+#[derive(Debug, Args)]
+pub struct DefragArgs {
+    /// Every member of the cluster instead of the given endpoints.
+    #[arg(long)]
+    pub cluster: bool,
+    #[command(flatten)]
+    pub flags: ClientFlags,
+}
+
+/// `move-leader`.
+#[derive(Debug, Args)]
+pub struct MoveLeaderArgs {
+    /// The member to lead, by ID in hex (from member list); the leader's endpoint must be
+    /// among --endpoints.
+    pub id: String,
+    #[command(flatten)]
+    pub flags: ClientFlags,
 }
 
 pub async fn member(client: Client, p: Printer, command: MemberCommand) -> Result<(), CliError> {
@@ -174,7 +229,132 @@ pub async fn endpoint(opts: &Options, command: EndpointCommand) -> Result<(), Cl
         EndpointCommand::Status { cluster } => {
             one_shot(opts, |c, p| status(c, p, opts.endpoints.clone(), cluster)).await
         }
+        EndpointCommand::Health { cluster } => {
+            one_shot(opts, |c, _| health(c, opts.endpoints.clone(), cluster)).await
+        }
+        EndpointCommand::Hashkv { cluster, rev } => {
+            one_shot(opts, |c, _| hashkv(c, opts.endpoints.clone(), cluster, rev)).await
+        }
     }
+}
+
+/// The endpoints a per-member command asks: the given ones, or with `cluster` every
+/// member's client URLs.
+async fn targets(
+    client: &Client,
+    given: Vec<String>,
+    cluster: bool,
+) -> Result<Vec<String>, CliError> {
+    if !cluster {
+        return Ok(given);
+    }
+    Ok(client
+        .member_list()
+        .await?
+        .into_iter()
+        .flat_map(|m| m.client_urls)
+        .collect())
+}
+
+/// etcdctl's `endpoint health`: a linearizable read on each endpoint.
+async fn health(client: Client, endpoints: Vec<String>, cluster: bool) -> Result<(), CliError> {
+    let endpoints = targets(&client, endpoints, cluster).await?;
+    let mut unhealthy = 0;
+    for endpoint in &endpoints {
+        let started = std::time::Instant::now();
+        match client.get_at(endpoint, "health").await {
+            Ok(()) => emit(
+                format!(
+                    "{endpoint} is healthy: successfully committed proposal: took = {:?}\n",
+                    started.elapsed()
+                )
+                .as_bytes(),
+            )?,
+            Err(e) => {
+                unhealthy += 1;
+                eprintln!(
+                    "{endpoint} is unhealthy: failed to commit proposal: {}",
+                    CliError::from(e)
+                );
+            }
+        }
+    }
+    if unhealthy > 0 {
+        return Err(CliError::new("unhealthy cluster".to_string()));
+    }
+    Ok(())
+}
+
+/// etcdctl's `endpoint hashkv`: `endpoint, hash` per member.
+async fn hashkv(
+    client: Client,
+    endpoints: Vec<String>,
+    cluster: bool,
+    rev: i64,
+) -> Result<(), CliError> {
+    let endpoints = targets(&client, endpoints, cluster).await?;
+    let mut failed = 0;
+    for endpoint in &endpoints {
+        match client.hash_kv(endpoint, rev).await {
+            Ok(h) => emit(format!("{endpoint}, {}\n", h.hash).as_bytes())?,
+            Err(e) => {
+                failed += 1;
+                eprintln!(
+                    "Failed to get the hash of endpoint {endpoint} ({})",
+                    CliError::from(e)
+                );
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(CliError::new(format!(
+            "{failed} of {} endpoints did not answer",
+            endpoints.len()
+        )));
+    }
+    Ok(())
+}
+
+pub async fn alarm(client: Client, command: AlarmCommand) -> Result<(), CliError> {
+    let alarms = match command {
+        AlarmCommand::List => client.alarm_list().await?,
+        AlarmCommand::Disarm => client.alarm_disarm().await?,
+    };
+    let text: String = alarms
+        .iter()
+        .map(|a| format!("memberID:{} alarm:{} \n", a.member_id, a.alarm))
+        .collect();
+    emit(text.as_bytes())
+}
+
+pub async fn defrag(client: Client, endpoints: Vec<String>, cluster: bool) -> Result<(), CliError> {
+    let endpoints = targets(&client, endpoints, cluster).await?;
+    let mut failed = 0;
+    for endpoint in &endpoints {
+        match client.defragment(endpoint).await {
+            Ok(()) => emit(format!("Finished defragmenting etcd member[{endpoint}]\n").as_bytes())?,
+            Err(e) => {
+                failed += 1;
+                eprintln!(
+                    "Failed to defragment etcd member[{endpoint}] ({})",
+                    CliError::from(e)
+                );
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(CliError::new(format!(
+            "{failed} of {} members were not defragmented",
+            endpoints.len()
+        )));
+    }
+    Ok(())
+}
+
+pub async fn move_leader(client: Client, id: String) -> Result<(), CliError> {
+    let target = member_id(&id)?;
+    let from = client.move_leader(target).await?;
+    emit(format!("Leadership transferred from {from:x} to {target:x}\n").as_bytes())
 }
 
 /// Asks each endpoint in turn; prints the answers together, and reports the endpoints

@@ -50,6 +50,13 @@ pub enum Command {
     Member(cluster::MemberArgs),
     /// Endpoint related commands.
     Endpoint(cluster::EndpointArgs),
+    /// Alarm commands: list the raised alarms, or clear them.
+    Alarm(cluster::AlarmArgs),
+    /// Defragments members (oncekv: takes a snapshot now, which gives back the space of
+    /// the log before it and of compacted history).
+    Defrag(cluster::DefragArgs),
+    /// Hands leadership to another member (by ID in hex).
+    MoveLeader(cluster::MoveLeaderArgs),
     /// Snapshot commands: save a consistent copy of a member's state, show what a copy
     /// holds, restore a new cluster from one.
     Snapshot(snapshot::SnapshotArgs),
@@ -313,6 +320,19 @@ async fn execute(global: &GlobalArgs, command: Command) -> Result<(), CliError> 
         Command::Endpoint(args) => {
             let opts = Options::merge(global, &args.flags);
             cluster::endpoint(&opts, args.command).await
+        }
+        Command::Alarm(args) => {
+            let opts = Options::merge(global, &args.flags);
+            one_shot(&opts, |c, _| cluster::alarm(c, args.command)).await
+        }
+        Command::Defrag(args) => {
+            let opts = Options::merge(global, &args.flags);
+            let endpoints = opts.endpoints.clone();
+            one_shot(&opts, |c, _| cluster::defrag(c, endpoints, args.cluster)).await
+        }
+        Command::MoveLeader(args) => {
+            let opts = Options::merge(global, &args.flags);
+            one_shot(&opts, |c, _| cluster::move_leader(c, args.id)).await
         }
         Command::Snapshot(args) => {
             let opts = Options::merge(global, &args.flags);
