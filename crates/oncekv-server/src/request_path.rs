@@ -378,7 +378,7 @@ impl NodeCore {
             }),
             _ => self.propose_local(command.clone()).await,
         };
-        match result {
+        let result = match result {
             Err(ProposeError::NotLeader {
                 leader: Some(leader),
             }) if leader != self.id => {
@@ -388,7 +388,11 @@ impl NodeCore {
             }
             Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
             other => other,
+        };
+        if result.is_err() {
+            self.metrics.proposal_failed();
         }
+        result
     }
 
     /// Proposes only on this node (a forwarded request must not be forwarded again).

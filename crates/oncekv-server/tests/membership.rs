@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::{TestCluster, put, register, tracked};
 use oncekv_server::pb::etcdserverpb::cluster_client::ClusterClient;
 use oncekv_server::pb::etcdserverpb::{
-    MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest, PutRequest,
+    MemberAddRequest, MemberListRequest, MemberPromoteRequest, MemberRemoveRequest,
+    MemberUpdateRequest, PutRequest,
 };
 use tonic::Code;
 
@@ -200,6 +201,35 @@ async fn learners_and_etcds_refusals() {
         .into_inner()
         .members;
     assert_eq!(listed.len(), 4);
+
+    // MemberUpdate: another member's URL is refused, an unknown member too; its own URL
+    // is accepted.
+    let update = |id: u64, url: &str| MemberUpdateRequest {
+        id,
+        peer_ur_ls: vec![url.to_string()],
+    };
+    let err = members
+        .member_update(update(learner.id, &taken))
+        .await
+        .unwrap_err();
+    assert_eq!(err.message(), "etcdserver: Peer URLs already exists");
+    let err = members
+        .member_update(update(42, "http://127.0.0.1:9"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let own = learner.peer_ur_ls[0].clone();
+    let updated = members
+        .member_update(update(learner.id, &own))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        updated
+            .members
+            .iter()
+            .any(|m| m.id == learner.id && m.peer_ur_ls == [own.clone()])
+    );
     cluster.inner.shutdown().await;
 }
 

@@ -33,6 +33,7 @@ fn ok(out: Output) -> String {
 fn nospace_refuses_writes_until_space_is_freed_and_the_alarm_disarmed() {
     let dir = tempfile::tempdir().unwrap();
     let ports = (free_port(), free_port());
+    let metrics_port = free_port();
     let initial = format!("n1=http://127.0.0.1:{}", ports.1);
     let _member = Members(vec![serve_member_with(
         dir.path(),
@@ -41,7 +42,12 @@ fn nospace_refuses_writes_until_space_is_freed_and_the_alarm_disarmed() {
         &initial,
         false,
         Stdio::null(),
-        &["--quota-backend-bytes", "300000"],
+        &[
+            "--quota-backend-bytes",
+            "300000",
+            "--listen-metrics-urls",
+            &format!("http://127.0.0.1:{metrics_port}"),
+        ],
     )]);
     let e = format!("127.0.0.1:{}", ports.0);
     let start = Instant::now();
@@ -82,6 +88,18 @@ fn nospace_refuses_writes_until_space_is_freed_and_the_alarm_disarmed() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&health.stdout).contains("ALARM NOSPACE"));
+    // The metrics port serves the same routes (and nothing of the gRPC API).
+    let metrics = Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("etcd_mvcc_db_total_size_in_bytes ")),
+        "{metrics}"
+    );
 
     // Give the space back: compact at the deletion, defragment (a snapshot).
     let v: serde_json::Value =
