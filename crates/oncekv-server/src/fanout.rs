@@ -108,8 +108,8 @@ where
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for (id, url) in &members {
         if *id == core.id() {
-            fanouts.list.answer(&key, *id, own.clone());
             let _ = tx.send((*id, own.clone()));
+            fanouts.list.answer(&key, *id, own.clone());
             continue;
         }
         let (fut, tx, id) = (ask(core.clone(), url.clone()), tx.clone(), *id);
@@ -118,8 +118,10 @@ where
         tokio::spawn(async move {
             match fut.await {
                 Ok(answer) => {
-                    core.fanouts().list.answer(&fanouts_key, id, answer.clone());
-                    let _ = tx.send((id, answer));
+                    // Recorded for the caller before the waiter may settle on it, so the
+                    // answer that decides the verdict is among those the caller reads.
+                    let _ = tx.send((id, answer.clone()));
+                    core.fanouts().list.answer(&fanouts_key, id, answer);
                 }
                 Err(e) => tracing::debug!(member = format!("{id:x}"), "fan-out: {e}"),
             }
