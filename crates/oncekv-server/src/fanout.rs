@@ -138,6 +138,21 @@ where
     while let Ok((id, a)) = rx.try_recv() {
         answers.insert(id, a);
     }
+    // The waiter fails at the first disagreement; to say who disagrees, the caller needs
+    // the other answers too: wait for them (until the deadline) before reporting.
+    if matches!(verdict, Err(WaitError::QuorumUnreachable)) {
+        let rest = async {
+            while answers.len() < members.len() {
+                match rx.recv().await {
+                    Some((id, a)) => {
+                        answers.insert(id, a);
+                    }
+                    None => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, rest).await;
+    }
     (verdict, answers)
 }
 
