@@ -52,6 +52,8 @@ async fn metrics_health_and_version_answer_curl() {
     let bogus = (session.0 ^ 1, session.1.clone());
     assert!(lkv.put(tracked(&bogus, 1, req())).await.is_err());
 
+    // The follower's counters move as it applies: let it catch up first.
+    c.wait_caught_up(leader, Duration::from_secs(10)).await;
     let base = c.endpoint(follower);
     let (status, text) = curl(&format!("{base}/metrics"));
     assert_eq!(status, 200, "{text}");
