@@ -383,15 +383,18 @@ async fn forward_rpc(
     #[cfg(feature = "sim")]
     if let Some(delay) = peers.duplicate(MessageKind::Forward) {
         let (mut copy_client, copy) = (client.clone(), payload.clone());
+        let copy_peers = peers.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let mut request = tonic::Request::new(ForwardRequest { payload: copy });
             request.set_timeout(timeout);
+            copy_peers.tag(&mut request);
             let _ = copy_client.forward(request).await;
         });
     }
     let mut request = tonic::Request::new(ForwardRequest { payload });
     request.set_timeout(timeout);
+    peers.tag(&mut request);
     let reply = client.forward(request).await.map_err(|s| match s.code() {
         tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ProposeError::Timeout,
         _ => ProposeError::NoLeader,
@@ -417,6 +420,7 @@ async fn ask(
         payload: payload.into(),
     });
     request.set_timeout(timeout);
+    peers.tag(&mut request);
     let reply = client
         .forward(request)
         .await

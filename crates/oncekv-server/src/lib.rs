@@ -11,6 +11,7 @@
 //! - [`log_store`] and [`sm_store`]: the durable raft log and the state machine with its
 //!   snapshot file; [`backup`]: point-in-time copies and restoring a new cluster from one.
 //! - [`network`] and [`services`]: raft between peers, and the gRPC servers;
+//!   [`peer_gate`]: who may talk to the peer port, decided before a body is read;
 //!   [`http`]: `/metrics`, `/health` and the other HTTP routes beside gRPC on the client
 //!   port, with [`metrics`], the member's Prometheus registry; [`gateway`]: etcd's JSON
 //!   gateway on the same port.
@@ -39,6 +40,7 @@ pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod pb;
+pub mod peer_gate;
 pub mod proposer;
 pub mod request_path;
 pub mod runtime;

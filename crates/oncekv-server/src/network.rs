@@ -33,10 +33,18 @@ use crate::types::{Member, NodeId, TypeConfig};
 /// snapshot chunk.
 pub const MAX_PEER_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
+/// Request metadata naming the sender's cluster and member (hex), checked by the
+/// receiver's [`PeerGate`](crate::peer_gate::PeerGate) before it reads the body.
+pub const PEER_CLUSTER_KEY: &str = "oncekv-peer-cluster";
+pub const PEER_MEMBER_KEY: &str = "oncekv-peer-member";
+
 /// Channels to peers, shared by every raft network client of this node.
 #[derive(Debug, Clone, Default)]
 pub struct PeerChannels {
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// `(cluster id, member id)` once this member knows them (a joining member asks its
+    /// peers first, as an outsider).
+    identity: Arc<std::sync::OnceLock<(u64, u64)>>,
     connect_timeout: Duration,
     /// How channels connect: tokio TCP when `None`, else this (a simulation's network).
     connector: Option<Connector>,
@@ -49,10 +57,29 @@ impl PeerChannels {
     pub fn new(connect_timeout: Duration) -> PeerChannels {
         PeerChannels {
             channels: Arc::default(),
+            identity: Arc::default(),
             connect_timeout,
             connector: None,
             #[cfg(feature = "sim")]
             duplicator: None,
+        }
+    }
+
+    /// Names this member in every request from now on (every clone shares it).
+    pub fn set_identity(&self, cluster_id: u64, member_id: u64) {
+        let _ = self.identity.set((cluster_id, member_id));
+    }
+
+    /// Puts this member's cluster and member id into `request`'s metadata.
+    pub fn tag<T>(&self, request: &mut tonic::Request<T>) {
+        if let Some((cluster, member)) = self.identity.get() {
+            let md = request.metadata_mut();
+            if let Ok(v) = format!("{cluster:x}").parse() {
+                md.insert(PEER_CLUSTER_KEY, v);
+            }
+            if let Ok(v) = format!("{member:x}").parse() {
+                md.insert(PEER_MEMBER_KEY, v);
+            }
         }
     }
 
@@ -164,12 +191,13 @@ impl PeerClient {
         if let Some(delay) = self.peers.duplicate(method.kind()) {
             // The copy's reply is dropped: openraft sent one request and sees one answer.
             let (mut copy_client, copy) = (client.clone(), payload.clone());
+            let peers = self.peers.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                let _ = send(&mut copy_client, method, copy, timeout).await;
+                let _ = send(&mut copy_client, method, copy, timeout, &peers).await;
             });
         }
-        let reply = send(&mut client, method, payload, timeout).await;
+        let reply = send(&mut client, method, payload, timeout, &self.peers).await;
         let reply = match reply {
             Ok(r) => r.into_inner(),
             Err(status) if is_unreachable(&status) => return Err(unreachable_err(&status)),
@@ -213,9 +241,11 @@ async fn send(
     method: Method,
     payload: bytes::Bytes,
     timeout: Duration,
+    peers: &PeerChannels,
 ) -> Result<tonic::Response<crate::pb::oncekv::RaftReply>, tonic::Status> {
     let mut request = tonic::Request::new(RaftRequest { payload });
     request.set_timeout(timeout);
+    peers.tag(&mut request);
     match method {
         Method::Append => client.append_entries(request).await,
         Method::Vote => client.vote(request).await,

@@ -125,6 +125,7 @@ impl Node {
             peers = peers.with_duplicator(d);
         }
         let identity = identity(&config, &peers).await?;
+        peers.set_identity(identity.cluster_id, identity.member_id);
         let id = identity.member_id;
         // The founding members by id; this member under its own id, which for a member
         // that joined later is the one MemberAdd gave it, not one derived from its name.

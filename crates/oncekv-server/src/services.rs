@@ -126,11 +126,13 @@ where
     S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
+    let gate_core = core.clone();
     let service = RaftServer::new(PeerService { core })
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .layer(crate::peer_gate::PeerGate { core: gate_core })
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, stopped(stop))
         .await;
@@ -186,7 +188,16 @@ impl RaftRpc for PeerService {
         &self,
         request: Request<ForwardRequest>,
     ) -> Result<Response<ForwardReply>, Status> {
+        let outsider = request
+            .extensions()
+            .get::<crate::peer_gate::Outsider>()
+            .is_some();
         let req: Forwarded = decode(&request.into_inner().payload)?;
+        if outsider && !matches!(req, Forwarded::Identify { .. }) {
+            return Err(Status::permission_denied(
+                "oncekv: only members of this cluster may forward requests",
+            ));
+        }
         let reply = self.core.serve_forwarded(req).await;
         let payload = encode(&reply)?.payload;
         Ok(Response::new(ForwardReply { payload }))
