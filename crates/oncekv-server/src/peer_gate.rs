@@ -7,14 +7,21 @@
 //!
 //! - refuses a request naming another cluster (PermissionDenied), without reading its
 //!   body;
-//! - lets a member of this cluster's configuration through, its body capped at the raft
-//!   message limit;
-//! - lets anyone else (a member still joining, which does not know its id yet, or one
-//!   that was removed) send only `Forward`, capped at [`MAX_OUTSIDER_BYTES`], where the
-//!   peer service answers only `Identify` (who has a peer URL) to them.
+//! - lets a request naming this cluster through, its body capped at the raft message
+//!   limit;
+//! - lets anyone else (a member still joining, which does not know the cluster yet, or a
+//!   stranger) send only `Forward`, capped at [`MAX_OUTSIDER_BYTES`], where the peer
+//!   service answers only `Identify` (who has a peer URL) to them.
 //!
-//! So a stranger's garbage costs the member at most [`MAX_OUTSIDER_BYTES`] per stream
-//! (plus HTTP/2's flow-control window), and raft messages are decoded only from members.
+//! So garbage from a sender that does not name the cluster costs the member at most
+//! [`MAX_OUTSIDER_BYTES`] per stream (plus HTTP/2's flow-control window), and raft
+//! messages are decoded only from senders naming this cluster.
+//!
+//! The sender's member id is not checked against this member's configuration: that view
+//! can be stale (a member restarted after being down while a member it has never heard of
+//! took over the lead must still accept that leader's appends), and the cluster id is
+//! not a secret (it is in every response header). Proving who a peer is takes peer TLS
+//! with a cluster CA; this gate only keeps strangers and other clusters out cheaply.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -59,16 +66,13 @@ fn judge(core: &NodeCore, headers: &http::HeaderMap, path: &str) -> Verdict {
             core.cluster_id()
         ));
     }
-    let known = member.is_some_and(|id| {
-        cluster.is_some()
-            && (core.membership().contains_key(&id) || core.members().contains_key(&id))
-    });
-    if known {
+    // Raft messages only from senders naming this cluster; anyone may ask Identify.
+    if cluster.is_some() && member.is_some() {
         Verdict::Member
     } else if path == FORWARD_PATH {
         Verdict::Outsider
     } else {
-        Verdict::Refuse("oncekv: only members of this cluster may send raft messages".into())
+        Verdict::Refuse("oncekv: only members of this cluster may send raft messages (the request names no cluster)".into())
     }
 }
 
