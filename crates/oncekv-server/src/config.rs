@@ -48,6 +48,15 @@ pub struct NodeConfig {
     /// Compare every member's HashKV this often (etcd's
     /// `--experimental-corrupt-check-time`); `None`: never.
     pub corrupt_check_time: Option<Duration>,
+    /// Connections open at once on each port (client, peer, metrics); past it new ones are
+    /// closed at once. Silent new connections are closed after
+    /// [`FIRST_BYTES_TIMEOUT`](crate::conn_guard::FIRST_BYTES_TIMEOUT).
+    pub max_connections: usize,
+    /// HTTP/2 pings on a connection idle this long (etcd's `--grpc-keepalive-interval`,
+    /// 2 h), and how long an answer may take before the connection is closed
+    /// (`--grpc-keepalive-timeout`, 20 s): how a connection whose peer vanished is found.
+    pub grpc_keepalive_interval: Duration,
+    pub grpc_keepalive_timeout: Duration,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
     /// How often a watcher created with `progress_notify` gets an empty response carrying
@@ -91,6 +100,9 @@ impl NodeConfig {
             quota_backend_bytes: DEFAULT_QUOTA_BYTES,
             initial_corrupt_check: false,
             corrupt_check_time: None,
+            max_connections: 10_000,
+            grpc_keepalive_interval: Duration::from_secs(2 * 3600),
+            grpc_keepalive_timeout: Duration::from_secs(20),
             request_timeout: Duration::from_secs(7),
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             settings: Settings::default(),

@@ -27,6 +27,7 @@ pub mod authority;
 pub mod backup;
 pub mod compactor;
 pub mod config;
+pub mod conn_guard;
 pub mod disk;
 pub mod error;
 pub mod etcd;

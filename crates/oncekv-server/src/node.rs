@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::Connected;
 
 use crate::config::{ClusterState, NodeConfig};
+use crate::conn_guard::guard;
 use crate::error::{ProposeError, StartError};
 use crate::forwarder::Identified;
 use crate::log_store::{FsyncObserver, LogStore, LogStoreOptions};
@@ -70,6 +71,7 @@ impl Node {
     ) -> Result<Node, StartError> {
         let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
         let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
+        let max = config.max_connections;
         let core = Node::open(
             config,
             None,
@@ -80,8 +82,12 @@ impl Node {
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
-            crate::services::client_incoming(client_listener),
-            crate::services::incoming(peer_listener),
+            guard(
+                crate::services::client_incoming(client_listener),
+                max,
+                "client",
+            ),
+            guard(crate::services::incoming(peer_listener), max, "peer"),
         ))
     }
 
@@ -291,7 +297,11 @@ impl Node {
     pub fn serve_http(&mut self, listener: TcpListener) {
         let routes = crate::http::routes(self.core.clone()).fallback(crate::http::not_found);
         let stop = self.stop_rx.clone();
-        let incoming = crate::services::incoming(listener);
+        let incoming = guard(
+            crate::services::incoming(listener),
+            self.core.config().max_connections,
+            "metrics",
+        );
         self.tasks.push(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .accept_http1(true)

@@ -108,6 +108,8 @@ where
         .fallback(crate::http::not_found);
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(core.config().grpc_keepalive_interval))
+        .http2_keepalive_timeout(Some(core.config().grpc_keepalive_timeout))
         .accept_http1(true)
         .layer(GrpcMetricsLayer {
             metrics: core.node_metrics().clone(),
@@ -130,8 +132,14 @@ where
     let service = RaftServer::new(PeerService { core })
         .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+    let (interval, timeout) = (
+        gate_core.config().grpc_keepalive_interval,
+        gate_core.config().grpc_keepalive_timeout,
+    );
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(interval))
+        .http2_keepalive_timeout(Some(timeout))
         .layer(crate::peer_gate::PeerGate { core: gate_core })
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, stopped(stop))

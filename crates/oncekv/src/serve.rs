@@ -70,6 +70,16 @@ pub struct Tuning {
     /// Compare every member's HashKV this often (e.g. 1h, 30m; 0 = never, the default).
     #[arg(long, alias = "experimental-corrupt-check-time", default_value = "0", value_parser = crate::cli::parse_duration)]
     pub corrupt_check_time: Duration,
+    /// Connections open at once on each port; past it new ones are closed at once. A new
+    /// connection that sends nothing for 10 s is closed too.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Ping a connection idle this long to check its peer is still there (etcd's flag).
+    #[arg(long, default_value = "2h", value_parser = crate::cli::parse_duration)]
+    pub grpc_keepalive_interval: Duration,
+    /// Close a connection whose ping is not answered within this (etcd's flag).
+    #[arg(long, default_value = "20s", value_parser = crate::cli::parse_duration)]
+    pub grpc_keepalive_timeout: Duration,
     /// Most operations in one txn branch (etcd's default: 128).
     #[arg(long, default_value_t = 128)]
     pub max_txn_ops: usize,
@@ -123,6 +133,14 @@ impl Tuning {
         config.max_request_bytes = self.max_request_bytes;
         config.max_txn_ops = self.max_txn_ops;
         config.initial_corrupt_check = self.initial_corrupt_check;
+        config.max_connections = self.max_connections.max(1);
+        if self.grpc_keepalive_interval.is_zero() || self.grpc_keepalive_timeout.is_zero() {
+            return Err(
+                "--grpc-keepalive-interval and --grpc-keepalive-timeout must be above 0".into(),
+            );
+        }
+        config.grpc_keepalive_interval = self.grpc_keepalive_interval;
+        config.grpc_keepalive_timeout = self.grpc_keepalive_timeout;
         config.corrupt_check_time =
             (!self.corrupt_check_time.is_zero()).then_some(self.corrupt_check_time);
         if self.quota_backend_bytes > 0 {

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{Members, free_port, serve_member_with};
+use common::{free_port, serve_single};
 
 fn etcdctl(endpoint: &str, args: &[&str]) -> Output {
     Command::new("etcdctl")
@@ -32,23 +32,17 @@ fn ok(out: Output) -> String {
 #[test]
 fn nospace_refuses_writes_until_space_is_freed_and_the_alarm_disarmed() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = (free_port(), free_port());
     let metrics_port = free_port();
-    let initial = format!("n1=http://127.0.0.1:{}", ports.1);
-    let _member = Members(vec![serve_member_with(
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}");
+    let (_member, ports) = serve_single(
         dir.path(),
-        "n1",
-        ports,
-        &initial,
-        false,
-        Stdio::null(),
         &[
             "--quota-backend-bytes",
             "300000",
             "--listen-metrics-urls",
-            &format!("http://127.0.0.1:{metrics_port}"),
+            &metrics_url,
         ],
-    )]);
+    );
     let e = format!("127.0.0.1:{}", ports.0);
     let start = Instant::now();
     while !etcdctl(&e, &["put", "probe", "1"]).status.success() {

@@ -9,10 +9,8 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{Members, free_port, serve_member};
+use common::{etcdctl_put, serve_single, wait_serving};
 use oncekv_proto::oncekv::RaftRequest;
 use oncekv_proto::oncekv::raft_client::RaftClient;
 
@@ -27,33 +25,13 @@ fn rss(pid: u32) -> u64 {
     kb * 1024
 }
 
-fn etcdctl_put(endpoint: &str) -> bool {
-    Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args([&format!("--endpoints={endpoint}"), "put", "k", "v"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_are_refused_before_their_messages_are_read() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = (free_port(), free_port());
-    let members = Members(vec![serve_member(
-        dir.path(),
-        "n1",
-        ports,
-        &format!("n1=http://127.0.0.1:{}", ports.1),
-        false,
-        Stdio::null(),
-    )]);
+    let (members, ports) = serve_single(dir.path(), &[]);
     let pid = members.0[0].id();
     let client = format!("127.0.0.1:{}", ports.0);
-    let start = Instant::now();
-    while !etcdctl_put(&client) {
-        assert!(start.elapsed() < Duration::from_secs(20), "never served");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_serving(&client);
     let before = rss(pid);
 
     let peer = format!("http://127.0.0.1:{}", ports.1);

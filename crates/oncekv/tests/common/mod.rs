@@ -87,3 +87,47 @@ pub fn start_founders(dir: &std::path::Path, ports: &[(u16, u16)], founders: usi
             .collect(),
     )
 }
+
+/// Whether `etcdctl put k v` against `endpoint` succeeds (short timeouts).
+pub fn etcdctl_put(endpoint: &str) -> bool {
+    std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            &format!("--endpoints={endpoint}"),
+            "--dial-timeout=1s",
+            "--command-timeout=2s",
+            "put",
+            "k",
+            "v",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Waits until the member at `endpoint` takes a write; panics after 20 s.
+pub fn wait_serving(endpoint: &str) {
+    let start = std::time::Instant::now();
+    while !etcdctl_put(endpoint) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "{endpoint} never served"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A one-member cluster `n1` under `dir` on fresh ports, with `extra` flags: the process
+/// and its (client, peer) ports.
+pub fn serve_single(dir: &std::path::Path, extra: &[&str]) -> (Members, (u16, u16)) {
+    let ports = (free_port(), free_port());
+    let member = serve_member_with(
+        dir,
+        "n1",
+        ports,
+        &format!("n1=http://127.0.0.1:{}", ports.1),
+        false,
+        std::process::Stdio::null(),
+        extra,
+    );
+    (Members(vec![member]), ports)
+}

@@ -1,0 +1,139 @@
+//! Bounds on the connections a port accepts: how many are open at once, and how long a
+//! new connection may stay silent.
+//!
+//! - At most `max` connections per port: past it, a new connection is closed as soon as
+//!   it is accepted (logged), so a flood of connections costs file descriptors up to the
+//!   limit and no more.
+//! - A connection that has sent nothing [`FIRST_BYTES_TIMEOUT`] after it was accepted is
+//!   closed: a client opens a connection to send a request, and one that never does (a
+//!   half-open connection, a port scanner, a slowloris) should not hold a slot. Once bytes
+//!   have arrived, silence is fine (a watch may stay quiet for hours); HTTP/2 keep-alive
+//!   pings (`--grpc-keepalive-interval`) then find connections whose peer is gone.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
+use tonic::transport::server::Connected;
+
+/// How long a new connection may take to send its first bytes.
+pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection holding one of its port's slots until it is dropped.
+#[derive(Debug)]
+pub struct Guarded<IO> {
+    io: IO,
+    _slot: OwnedSemaphorePermit,
+    /// Until the first bytes arrive.
+    first_bytes: Option<Pin<Box<Sleep>>>,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if self.first_bytes.is_some() {
+            match &polled {
+                Poll::Ready(Ok(())) if buf.filled().len() > before => self.first_bytes = None,
+                Poll::Pending => {
+                    if let Some(deadline) = self.first_bytes.as_mut()
+                        && deadline.as_mut().poll(cx).is_ready()
+                    {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the connection sent nothing in time",
+                        )));
+                    }
+                }
+                _ => {}
+            }
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<IO: Connected> Connected for Guarded<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// `incoming` with at most `max` connections open at once, each closed if silent for
+/// [`FIRST_BYTES_TIMEOUT`] after it was accepted.
+pub fn guard<S, IO>(
+    incoming: S,
+    max: usize,
+    port: &'static str,
+) -> impl futures::Stream<Item = io::Result<Guarded<IO>>> + Send + 'static
+where
+    S: futures::Stream<Item = io::Result<IO>> + Send + 'static,
+    IO: Send + 'static,
+{
+    use futures::StreamExt;
+    let slots = Arc::new(Semaphore::new(max.max(1)));
+    incoming.filter_map(move |conn| {
+        let slots = slots.clone();
+        async move {
+            let io = match conn {
+                Ok(io) => io,
+                Err(e) => return Some(Err(e)),
+            };
+            match slots.try_acquire_owned() {
+                Ok(slot) => Some(Ok(Guarded {
+                    io,
+                    _slot: slot,
+                    first_bytes: Some(Box::pin(tokio::time::sleep(FIRST_BYTES_TIMEOUT))),
+                })),
+                Err(_) => {
+                    tracing::warn!(
+                        port,
+                        max,
+                        "connection limit reached; closing a new connection"
+                    );
+                    None
+                }
+            }
+        }
+    })
+}
