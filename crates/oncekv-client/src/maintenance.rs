@@ -47,7 +47,7 @@ impl Client {
         action: AlarmAction,
         member_id: u64,
         alarm: i32,
-    ) -> Result<Vec<Alarm>, Error> {
+    ) -> Result<Vec<oncekv_proto::etcdserverpb::AlarmMember>, Error> {
         let r = self
             .first_answer(|channel, timeout| async move {
                 let mut request = Request::new(AlarmRequest {
@@ -59,33 +59,31 @@ impl Client {
                 MaintenanceClient::new(channel).alarm(request).await
             })
             .await?;
-        Ok(alarms(r.alarms))
+        Ok(r.alarms)
     }
 
     /// The raised alarms.
     pub async fn alarm_list(&self) -> Result<Vec<Alarm>, Error> {
-        self.alarm(AlarmAction::Get, 0, AlarmType::None as i32)
-            .await
+        let raised = self
+            .alarm(AlarmAction::Get, 0, AlarmType::None as i32)
+            .await?;
+        Ok(alarms(raised))
     }
 
     /// Clears every raised alarm (etcdctl's `alarm disarm`); returns those cleared. A
     /// NOSPACE alarm comes back with the next write if the space was not freed.
     pub async fn alarm_disarm(&self) -> Result<Vec<Alarm>, Error> {
-        let raw = self
-            .first_answer(|channel, timeout| async move {
-                let mut request = Request::new(AlarmRequest::default());
-                request.set_timeout(timeout);
-                MaintenanceClient::new(channel).alarm(request).await
-            })
+        let raised = self
+            .alarm(AlarmAction::Get, 0, AlarmType::None as i32)
             .await?;
         let mut cleared = Vec::new();
-        for a in raw.alarms {
+        for a in raised {
             cleared.extend(
                 self.alarm(AlarmAction::Deactivate, a.member_id, a.alarm)
                     .await?,
             );
         }
-        Ok(cleared)
+        Ok(alarms(cleared))
     }
 
     /// The HashKV of the member at `endpoint` at `revision` (0: its newest).

@@ -55,10 +55,19 @@ pub async fn own_health(core: &NodeCore) -> Result<(), String> {
     if let Some((_, alarm)) = core.alarms().first() {
         return Err(format!("ALARM {}", crate::etcd::alarm_name(*alarm)));
     }
+    linearizable_read(core).await
+}
+
+/// How long a health check waits for a linearizable read, as etcd's.
+const HEALTH_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What keeps this member from serving a linearizable read now, if anything (`/readyz`'s
+/// check, and part of [`own_health`]).
+pub async fn linearizable_read(core: &NodeCore) -> Result<(), String> {
     if core.leader().is_none() {
         return Err("RAFT NO LEADER".to_string());
     }
-    match tokio::time::timeout(Duration::from_secs(1), core.read_index()).await {
+    match tokio::time::timeout(HEALTH_READ_TIMEOUT, core.read_index()).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("QGET ERROR: {e}")),
         Err(_) => Err("QGET ERROR: timed out".to_string()),

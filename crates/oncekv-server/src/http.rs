@@ -7,7 +7,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -19,9 +18,6 @@ use http_body::Frame;
 
 use crate::metrics::{GrpcCall, SharedMetrics, grpc_code_name};
 use crate::request_path::NodeCore;
-
-/// How long `/health` and `/readyz` wait for a linearizable read, as etcd's health check.
-const HEALTH_READ_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The HTTP routes of one member.
 pub fn routes(core: Arc<NodeCore>) -> Router {
@@ -81,18 +77,6 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response {
         .into_response()
 }
 
-/// What keeps this member from serving a linearizable read, if anything.
-async fn linearizable_read(core: &NodeCore) -> Result<(), String> {
-    if core.leader().is_none() {
-        return Err("RAFT NO LEADER".to_string());
-    }
-    match tokio::time::timeout(HEALTH_READ_TIMEOUT, core.read_index()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("QGET ERROR: {e}")),
-        Err(_) => Err("QGET ERROR: timed out".to_string()),
-    }
-}
-
 /// etcd's `/health`: `{"health":"true"}` with 200 when no alarm is raised, the member
 /// has a leader, and a linearizable read succeeds within a second; otherwise
 /// `"false"` with 503 and the reason.
@@ -126,15 +110,7 @@ async fn health(State(core): State<Arc<NodeCore>>, Query(q): Query<HealthQuery>)
             }
         };
     }
-    let alarm = core
-        .alarms()
-        .first()
-        .map(|(_, a)| format!("ALARM {}", crate::etcd::alarm_name(*a)));
-    let result = match alarm {
-        Some(alarm) => Err(alarm),
-        None => linearizable_read(&core).await,
-    };
-    match result {
+    match crate::fanout::own_health(&core).await {
         Ok(()) => json(
             StatusCode::OK,
             serde_json::json!({ "health": "true", "reason": "" }),
@@ -228,7 +204,7 @@ async fn readyz(State(core): State<Arc<NodeCore>>, Query(q): Query<CheckQuery>) 
     let linearizable = if skip("linearizable_read") {
         None
     } else {
-        Some(linearizable_read(&core).await)
+        Some(crate::fanout::linearizable_read(&core).await)
     };
     checks(
         "readyz",

@@ -90,26 +90,16 @@ pub enum MembershipError {
     Propose(#[from] ProposeError),
 }
 
-impl MembershipError {
-    /// etcd's gRPC status code for it.
-    pub fn code(&self) -> tonic::Code {
-        match self {
+impl From<MembershipError> for tonic::Status {
+    /// etcd's gRPC codes; a proposal's failure maps as any request's does.
+    fn from(e: MembershipError) -> tonic::Status {
+        let code = match &e {
+            MembershipError::Propose(p) => return crate::error::ApiError::from(p.clone()).into(),
             MembershipError::NotFound => tonic::Code::NotFound,
             MembershipError::BadPeerUrl(_) => tonic::Code::InvalidArgument,
-            MembershipError::Propose(e) => {
-                tonic::Status::from(crate::error::ApiError::from(e.clone())).code()
-            }
             _ => tonic::Code::FailedPrecondition,
-        }
-    }
-}
-
-impl From<MembershipError> for tonic::Status {
-    fn from(e: MembershipError) -> tonic::Status {
-        match e {
-            MembershipError::Propose(p) => crate::error::ApiError::from(p).into(),
-            other => tonic::Status::new(other.code(), other.to_string()),
-        }
+        };
+        tonic::Status::new(code, e.to_string())
     }
 }
 

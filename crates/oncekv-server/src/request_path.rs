@@ -195,9 +195,14 @@ impl NodeCore {
     /// quota check does) so that the state machine refuses the write. The refusal comes
     /// from the log, not from here: a retried tracked write that was applied before the
     /// quota filled must still get its saved reply.
-    async fn check_quota(&self, op: &Op, request_bytes: usize) -> Result<(), ProposeError> {
+    async fn check_quota(&self, op: &Op) -> Result<(), ProposeError> {
         let quota = self.config.quota_backend_bytes;
-        if quota == 0 || !op.adds_data() || self.db_size() + request_bytes as u64 <= quota {
+        // Far below the quota (the common case) nothing about the op needs measuring.
+        let size = self.db_size();
+        if quota == 0 || size + self.config.max_request_bytes as u64 <= quota {
+            return Ok(());
+        }
+        if !op.adds_data() || size + op.approx_size() as u64 <= quota {
             return Ok(());
         }
         let raised = self
@@ -315,7 +320,7 @@ impl NodeCore {
     }
 
     async fn execute_once(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
-        self.check_quota(&op, op.approx_size()).await?;
+        self.check_quota(&op).await?;
         let response = match meta {
             Some(m) => {
                 let key = (m.client_id, m.seq, op.fingerprint());
