@@ -116,11 +116,12 @@ pub fn members_of(membership: &openraft::Membership<NodeId, Member>) -> Vec<Memb
         .collect()
 }
 
-/// A fresh member id for a member added with `peer_url`: from the URL and the time, as
-/// etcd derives one, so that a member removed and added again at the same URL is a new
-/// member to raft.
-fn new_member_id(peer_url: &str, now_ns: u128, taken: &BTreeSet<NodeId>) -> NodeId {
-    let mut salt = now_ns;
+/// A fresh member id for a member added with `peer_url`: from the URL and the leader's
+/// log position (`salt`), so that a member removed and added again at the same URL is a
+/// new member to raft. Not from the clock (etcd uses the time): a deterministic
+/// simulation must draw the same id on every replay of a seed.
+fn new_member_id(peer_url: &str, salt: u64, taken: &BTreeSet<NodeId>) -> NodeId {
+    let mut salt = salt;
     loop {
         let id = crate::types::member_id(&format!("{peer_url}#{salt}"));
         if !taken.contains(&id) {
@@ -171,10 +172,9 @@ impl NodeCore {
                     return Err(MembershipError::TooManyLearners);
                 }
                 let taken = current.iter().map(|m| m.id).collect();
-                let now_ns = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos());
-                let id = new_member_id(&peer_url, now_ns, &taken);
+                // The log only grows: a later add of the same URL gets another salt.
+                let salt = metrics.last_log_index.unwrap_or(0);
+                let id = new_member_id(&peer_url, salt, &taken);
                 let node = Member {
                     name: String::new(),
                     peer_url,
