@@ -436,7 +436,7 @@ impl Client {
         let url = crate::transport::normalize(endpoint);
         match (0..t.len()).find(|&i| t.url(i) == url) {
             Some(i) => Ok(t.channel(i)),
-            None => Ok(crate::transport::endpoint(endpoint, &self.inner.config)?.connect_lazy()),
+            None => Ok(t.open_endpoint(&crate::transport::endpoint(endpoint, &self.inner.config)?)),
         }
     }
 }

@@ -59,6 +59,11 @@ pub struct ClientConfig {
     /// once. `false`: an etcd-style client with the same API and the same retries but no
     /// session, so a retried write may be applied twice (kept for comparison).
     pub exactly_once: bool,
+    /// Speak TLS to every endpoint: which CA to trust and which certificate to present
+    /// (etcdctl's `--cacert`, `--cert`, `--key`, `--insecure-skip-tls-verify`). `None`:
+    /// plaintext, except to `https://` endpoints, which are checked against the system's
+    /// CA bundle.
+    pub tls: Option<oncekv_proto::tls::ClientTlsOptions>,
 }
 
 impl Default for ClientConfig {
@@ -76,6 +81,7 @@ impl Default for ClientConfig {
             hedge_writes: false,
             hedge_after_min: Duration::from_millis(20),
             exactly_once: true,
+            tls: None,
         }
     }
 }

@@ -33,6 +33,9 @@ pub enum Error {
     /// An endpoint is not a valid `http://host:port` (or `host:port`) address.
     #[error("oncekv client: invalid endpoint {endpoint:?}: {reason}")]
     InvalidEndpoint { endpoint: String, reason: String },
+    /// The TLS options (CA, certificate or key file) cannot be used.
+    #[error("oncekv client: TLS: {0}")]
+    Tls(String),
 
     /// The endpoint could not be reached, has no leader, or is not the leader and could not
     /// forward. Retryable.

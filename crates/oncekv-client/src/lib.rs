@@ -113,6 +113,7 @@ pub use error::Error;
 pub use lock::{LockGuard, LockOptions};
 pub use maintenance::{Alarm, HashKv};
 pub use oncekv_core::KeyValue;
+pub use oncekv_proto::tls::ClientTlsOptions;
 pub use options::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp,
     WatchOptions,

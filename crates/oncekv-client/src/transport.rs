@@ -60,12 +60,16 @@ pub(crate) fn normalize(url: &str) -> String {
 
 /// A channel configuration for `url` (nothing connects until the first request).
 pub(crate) fn endpoint(url: &str, config: &ClientConfig) -> Result<Endpoint, Error> {
+    // TLS is the connector's business; tonic is given plain HTTP/2 either way.
     let normalized = normalize(url);
-    let endpoint =
-        Endpoint::from_shared(normalized.clone()).map_err(|e| Error::InvalidEndpoint {
-            endpoint: url.to_string(),
-            reason: e.to_string(),
-        })?;
+    let plain = match normalized.strip_prefix("https://") {
+        Some(rest) => format!("http://{rest}"),
+        None => normalized,
+    };
+    let endpoint = Endpoint::from_shared(plain).map_err(|e| Error::InvalidEndpoint {
+        endpoint: url.to_string(),
+        reason: e.to_string(),
+    })?;
     if endpoint.uri().host().is_none() {
         return Err(Error::InvalidEndpoint {
             endpoint: url.to_string(),
@@ -94,6 +98,21 @@ impl Transport {
         if urls.is_empty() {
             return Err(Error::NoEndpoints);
         }
+        let any_https = urls
+            .iter()
+            .any(|u| normalize(u.as_ref()).starts_with("https://"));
+        let tls = match &config.tls {
+            Some(options) => Some(options.clone()),
+            None if any_https => Some(oncekv_proto::tls::ClientTlsOptions::default()),
+            None => None,
+        };
+        let connector = match (connector, tls) {
+            (Some(c), _) => Some(c),
+            (None, Some(options)) => Some(Connector::tls(
+                options.build().map_err(|e| Error::Tls(e.to_string()))?,
+            )),
+            (None, None) => None,
+        };
         let targets = urls
             .iter()
             .map(|u| {
@@ -160,9 +179,14 @@ impl Transport {
     }
 
     fn open(&self, target: &Target) -> Channel {
+        self.open_endpoint(&target.endpoint)
+    }
+
+    /// A channel to `endpoint` connecting as this transport's do (TLS included).
+    pub(crate) fn open_endpoint(&self, endpoint: &Endpoint) -> Channel {
         match &self.connector {
-            Some(c) => c.channel(&target.endpoint),
-            None => target.endpoint.connect_lazy(),
+            Some(c) => c.channel(endpoint),
+            None => endpoint.connect_lazy(),
         }
     }
 

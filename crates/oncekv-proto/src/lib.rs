@@ -20,6 +20,7 @@ pub mod detail;
 pub mod metadata;
 pub mod net;
 pub mod rng;
+pub mod tls;
 
 pub use detail::{ERROR_DETAIL_KEY, ErrorClass, ErrorDetail};
 pub use metadata::SessionMeta;

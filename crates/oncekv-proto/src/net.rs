@@ -108,6 +108,28 @@ impl Connector {
         Connector(Arc::new(move |uri| Box::pin(dial(uri))))
     }
 
+    /// Dials TCP (Nagle off) and then TLS with `config`, checking the server's
+    /// certificate against the URL's host. The channel's URL stays `http://`: TLS is this
+    /// connector's business, not tonic's.
+    pub fn tls(config: Arc<rustls::ClientConfig>) -> Connector {
+        let tls = tokio_rustls::TlsConnector::from(config);
+        Connector::new(move |uri: Uri| {
+            let tls = tls.clone();
+            async move {
+                let host = uri.host().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("{uri} has no host"))
+                })?;
+                let port = uri.port_u16().unwrap_or(443);
+                let name = crate::tls::server_name(host)?;
+                let addr = (host.trim_start_matches('[').trim_end_matches(']'), port);
+                let tcp = tokio::net::TcpStream::connect(addr).await?;
+                tcp.set_nodelay(true)?;
+                let stream = tls.connect(name, tcp).await?;
+                Ok(Conn::new(stream))
+            }
+        })
+    }
+
     /// A lazily connecting channel to `endpoint` that dials through this connector.
     /// Must be called inside a tokio runtime.
     pub fn channel(&self, endpoint: &Endpoint) -> Channel {

@@ -57,6 +57,12 @@ pub struct NodeConfig {
     /// (`--grpc-keepalive-timeout`, 20 s): how a connection whose peer vanished is found.
     pub grpc_keepalive_interval: Duration,
     pub grpc_keepalive_timeout: Duration,
+    /// TLS on the client port (etcd's `--cert-file`, `--key-file`, `--trusted-ca-file`,
+    /// `--client-cert-auth`); plaintext when `None`.
+    pub client_tls: Option<crate::tls::TlsFiles>,
+    /// TLS on the peer port and on this member's connections to its peers (the `--peer-`
+    /// forms): the same certificate serves and dials, and the peer CA checks both ways.
+    pub peer_tls: Option<crate::tls::TlsFiles>,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
     /// How often a watcher created with `progress_notify` gets an empty response carrying
@@ -103,6 +109,8 @@ impl NodeConfig {
             max_connections: 10_000,
             grpc_keepalive_interval: Duration::from_secs(2 * 3600),
             grpc_keepalive_timeout: Duration::from_secs(20),
+            client_tls: None,
+            peer_tls: None,
             request_timeout: Duration::from_secs(7),
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             settings: Settings::default(),

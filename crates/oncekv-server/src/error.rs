@@ -190,6 +190,11 @@ pub enum StartError {
     },
     #[error("raft: {0}")]
     Raft(String),
+    #[error("TLS on the {port} port: {source}")]
+    Tls {
+        port: &'static str,
+        source: oncekv_proto::tls::TlsError,
+    },
     #[error("listening on {addr}: {source}")]
     Listen {
         addr: SocketAddr,

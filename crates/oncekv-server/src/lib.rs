@@ -47,6 +47,7 @@ pub mod request_path;
 pub mod runtime;
 pub mod services;
 pub mod sm_store;
+pub mod tls;
 pub mod transport;
 pub mod types;
 

@@ -114,7 +114,12 @@ impl PeerChannels {
         // connection looks idle and, without this, would never be pinged, never be
         // declared dead and never be replaced (seed 135 of the simulation: a follower
         // unreachable for good after the partition healed).
-        let endpoint = Endpoint::from_shared(url.to_string())
+        // TLS, if the peers speak it, is the connector's: tonic is given plain HTTP/2.
+        let plain = match url.strip_prefix("https://") {
+            Some(rest) => format!("http://{rest}"),
+            None => url.to_string(),
+        };
+        let endpoint = Endpoint::from_shared(plain)
             .map_err(|e| format!("bad peer url {url:?}: {e}"))?
             .connect_timeout(self.connect_timeout)
             .tcp_nodelay(true)

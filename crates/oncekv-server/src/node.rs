@@ -72,6 +72,15 @@ impl Node {
         let client_addr = client_listener.local_addr().unwrap_or(config.client_addr);
         let peer_addr = peer_listener.local_addr().unwrap_or(config.peer_addr);
         let max = config.max_connections;
+        let server_tls = |files: &Option<crate::tls::TlsFiles>, port| {
+            files
+                .clone()
+                .map(crate::tls::ServerTls::new)
+                .transpose()
+                .map_err(|source| StartError::Tls { port, source })
+        };
+        let client_tls = server_tls(&config.client_tls, "client")?;
+        let peer_tls = server_tls(&config.peer_tls, "peer")?;
         let core = Node::open(
             config,
             None,
@@ -82,12 +91,11 @@ impl Node {
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
-            guard(
-                crate::services::client_incoming(client_listener),
-                max,
-                "client",
+            crate::services::client_incoming(client_listener, max, client_tls),
+            crate::tls::accept(
+                guard(crate::services::incoming(peer_listener), max, "peer"),
+                peer_tls,
             ),
-            guard(crate::services::incoming(peer_listener), max, "peer"),
         ))
     }
 
@@ -125,6 +133,19 @@ impl Node {
         let mut peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
         if let Some(c) = connector {
             peers = peers.with_connector(c);
+        } else if let Some(files) = &config.peer_tls {
+            let dial = oncekv_proto::tls::ClientTlsOptions {
+                ca_file: files.trusted_ca_file.clone(),
+                cert_file: Some(files.cert_file.clone()),
+                key_file: Some(files.key_file.clone()),
+                insecure_skip_verify: files.self_signed,
+            }
+            .build()
+            .map_err(|source| StartError::Tls {
+                port: "peer",
+                source,
+            })?;
+            peers = peers.with_connector(Connector::tls(dial));
         }
         #[cfg(feature = "sim")]
         if let Some(d) = duplicator {

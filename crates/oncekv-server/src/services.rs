@@ -47,17 +47,24 @@ pub fn incoming(
     })
 }
 
-/// The client port's connections: [`incoming`], each read through
-/// [`SchemeTolerant`](crate::authority::SchemeTolerant) so that etcdctl 3.4's `--cluster`
-/// requests (a URL as the HTTP/2 authority) are served rather than reset.
+/// A client connection as the gRPC server reads it.
+pub type ClientConn = crate::authority::SchemeTolerant<
+    crate::tls::MaybeTls<crate::conn_guard::Guarded<tokio::net::TcpStream>>,
+>;
+
+/// The client port's connections: [`incoming`], bounded by
+/// [`guard`](crate::conn_guard::guard), through TLS when `tls` is given, and each read
+/// through [`SchemeTolerant`](crate::authority::SchemeTolerant) (on the decrypted bytes)
+/// so that etcdctl 3.4's `--cluster` requests (a URL as the HTTP/2 authority) are served
+/// rather than reset.
 pub fn client_incoming(
     listener: TcpListener,
-) -> impl futures::Stream<
-    Item = std::io::Result<crate::authority::SchemeTolerant<tokio::net::TcpStream>>,
-> + Send
-+ 'static {
+    max_connections: usize,
+    tls: Option<Arc<crate::tls::ServerTls>>,
+) -> impl futures::Stream<Item = std::io::Result<ClientConn>> + Send + 'static {
     use futures::StreamExt;
-    incoming(listener).map(|conn| conn.map(crate::authority::SchemeTolerant::new))
+    let guarded = crate::conn_guard::guard(incoming(listener), max_connections, "client");
+    crate::tls::accept(guarded, tls).map(|conn| conn.map(crate::authority::SchemeTolerant::new))
 }
 
 async fn stopped(mut stop: watch::Receiver<bool>) {

@@ -19,6 +19,10 @@ pub struct DevArgs {
     /// temporary directory removed on exit.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Serve TLS on every port with a throw-away CA made in DATA_DIR/tls (peers must
+    /// present its certificates; so may clients), and print the etcdctl flags to use it.
+    #[arg(long)]
+    pub tls: bool,
     #[command(flatten)]
     pub tuning: Tuning,
 }
@@ -109,12 +113,24 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
         }
     };
     let layout = layout(&dir, args.nodes)?;
+    let scheme = if args.tls { "https" } else { "http" };
+    // Made again at every start: the certificates are throw-away, and a member's peers
+    // check them against whichever CA this start made.
+    let pki = if args.tls {
+        let tls_dir = dir.join("tls");
+        Some(
+            oncekv_server::tls::DevPki::create(&tls_dir, &["root"])
+                .map_err(|e| format!("making certificates in {}: {e}", tls_dir.display()))?,
+        )
+    } else {
+        None
+    };
     let members: Vec<Member> = layout
         .iter()
         .map(|(name, c, p)| Member {
             name: name.clone(),
-            peer_url: format!("http://127.0.0.1:{p}"),
-            client_url: format!("http://127.0.0.1:{c}"),
+            peer_url: format!("{scheme}://127.0.0.1:{p}"),
+            client_url: format!("{scheme}://127.0.0.1:{c}"),
         })
         .collect();
     let mut nodes = Vec::new();
@@ -139,6 +155,11 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
             members.clone(),
         );
         args.tuning.apply(&mut config)?;
+        if let Some(pki) = &pki {
+            let (client_tls, peer_tls) = pki.member_tls(false);
+            config.client_tls = Some(client_tls);
+            config.peer_tls = Some(peer_tls);
+        }
         nodes.push(
             Node::start_with_listeners(config, client, peer)
                 .await
@@ -167,19 +188,40 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
         }
     );
     for (name, c, p) in &layout {
-        println!("  {name}: clients http://127.0.0.1:{c}  peers http://127.0.0.1:{p}");
+        println!("  {name}: clients {scheme}://127.0.0.1:{c}  peers {scheme}://127.0.0.1:{p}");
     }
+    let tls_flags = match &pki {
+        Some(pki) => {
+            let mut flags = format!(" --cacert={}", pki.ca_file.display());
+            if let Some((_, cert, key)) = pki.clients.first() {
+                flags += &format!(" --cert={} --key={}", cert.display(), key.display());
+            }
+            flags
+        }
+        None => String::new(),
+    };
     if let Some((_, c, _)) = layout.first() {
+        let curl = match &pki {
+            Some(pki) => format!("curl --cacert {} ", pki.ca_file.display()),
+            None => String::new(),
+        };
         println!(
-            "  metrics: http://127.0.0.1:{c}/metrics  health: http://127.0.0.1:{c}/health (every member serves both)"
+            "  metrics: {curl}{scheme}://127.0.0.1:{c}/metrics  health: {scheme}://127.0.0.1:{c}/health (every member serves both)"
         );
     }
+    let endpoints: Vec<String> = match &pki {
+        Some(_) => endpoints.iter().map(|e| format!("https://{e}")).collect(),
+        None => endpoints,
+    };
     println!("try:");
     println!(
-        "  etcdctl --endpoints={} put greeting hello",
+        "  etcdctl{tls_flags} --endpoints={} put greeting hello",
         endpoints.join(",")
     );
-    println!("  etcdctl --endpoints={} get greeting", endpoints.join(","));
+    println!(
+        "  etcdctl{tls_flags} --endpoints={} get greeting",
+        endpoints.join(",")
+    );
     println!("ctrl-c stops the cluster");
     let mut running: Vec<(String, Node)> = layout
         .iter()

@@ -34,7 +34,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run one cluster member (flags named as etcd's where they mean the same).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run a local cluster in this process (3 members by default) for development.
     Dev(dev::DevArgs),
     /// Measure throughput and latency of an etcd-compatible cluster (oncekv or etcd).
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match cli.command {
-            Cmd::Serve(args) => server_exit(serve::run(args).await),
+            Cmd::Serve(args) => server_exit(serve::run(*args).await),
             Cmd::Dev(args) => server_exit(dev::run(args).await),
             Cmd::Bench(args) => server_exit(bench::run(args).await),
             Cmd::Demo(args) => server_exit(demo::run(args).await),

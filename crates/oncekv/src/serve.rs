@@ -17,10 +17,12 @@ pub struct ServeArgs {
     /// Where the log and snapshots live.
     #[arg(long, default_value = "default.oncekv")]
     pub data_dir: PathBuf,
-    /// URL to serve clients on (http://host:port).
+    /// URL to serve clients on (http://host:port, or https:// with --cert-file and
+    /// --key-file or --auto-tls).
     #[arg(long, default_value = "http://127.0.0.1:2379")]
     pub listen_client_urls: String,
-    /// URL to serve peers on (http://host:port).
+    /// URL to serve peers on (http://host:port, or https:// with --peer-cert-file and
+    /// --peer-key-file or --peer-auto-tls).
     #[arg(long, default_value = "http://127.0.0.1:2380")]
     pub listen_peer_urls: String,
     /// URL clients should use to reach this member (default: the listen URL).
@@ -39,7 +41,145 @@ pub struct ServeArgs {
     #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
     pub initial_cluster_state: String,
     #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
     pub tuning: Tuning,
+}
+
+/// etcd's TLS flags, for the client port and (`--peer-`) the peer port.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TlsArgs {
+    /// The client port's certificate (PEM); re-read when the file changes.
+    #[arg(long)]
+    pub cert_file: Option<PathBuf>,
+    /// The client port's private key (PEM).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// The CA that signs client certificates (with --client-cert-auth, required of every
+    /// client; a certificate's common name authenticates it as that user).
+    #[arg(long)]
+    pub trusted_ca_file: Option<PathBuf>,
+    /// Refuse clients without a certificate signed by --trusted-ca-file.
+    #[arg(long)]
+    pub client_cert_auth: bool,
+    /// Serve clients with a self-signed certificate made in DATA_DIR/fixtures/client
+    /// (clients must then skip verification: etcdctl --insecure-skip-tls-verify).
+    #[arg(long)]
+    pub auto_tls: bool,
+    /// The peer port's certificate (PEM), also presented when dialing peers.
+    #[arg(long)]
+    pub peer_cert_file: Option<PathBuf>,
+    /// The peer port's private key (PEM).
+    #[arg(long)]
+    pub peer_key_file: Option<PathBuf>,
+    /// The CA that signs every member's peer certificate: peers are checked against it
+    /// both ways.
+    #[arg(long)]
+    pub peer_trusted_ca_file: Option<PathBuf>,
+    /// Refuse peer connections without a certificate signed by --peer-trusted-ca-file.
+    #[arg(long)]
+    pub peer_client_cert_auth: bool,
+    /// Serve and dial peers with a self-signed certificate made in DATA_DIR/fixtures/peer
+    /// (encrypts peer traffic but authenticates no one: peers skip verification).
+    #[arg(long)]
+    pub peer_auto_tls: bool,
+}
+
+impl TlsArgs {
+    /// The TLS settings for both ports; `client_https` / `peer_https`: whether the listen
+    /// URL asks for TLS.
+    pub fn apply(
+        &self,
+        config: &mut NodeConfig,
+        client_https: bool,
+        peer_https: bool,
+    ) -> Result<(), String> {
+        let hosts = |addr: SocketAddr| {
+            vec![
+                addr.ip().to_string(),
+                "127.0.0.1".to_string(),
+                "localhost".to_string(),
+            ]
+        };
+        config.client_tls = port_tls(
+            "client",
+            client_https,
+            (&self.cert_file, &self.key_file),
+            &self.trusted_ca_file,
+            self.client_cert_auth,
+            self.auto_tls.then(|| {
+                (
+                    config.data_dir.join("fixtures/client"),
+                    hosts(config.client_addr),
+                )
+            }),
+        )?;
+        config.peer_tls = port_tls(
+            "peer",
+            peer_https,
+            (&self.peer_cert_file, &self.peer_key_file),
+            &self.peer_trusted_ca_file,
+            self.peer_client_cert_auth,
+            self.peer_auto_tls.then(|| {
+                (
+                    config.data_dir.join("fixtures/peer"),
+                    hosts(config.peer_addr),
+                )
+            }),
+        )?;
+        Ok(())
+    }
+}
+
+/// One port's TLS files from its flags; errors name the flag to fix.
+fn port_tls(
+    port: &str,
+    https: bool,
+    (cert, key): (&Option<PathBuf>, &Option<PathBuf>),
+    trusted_ca: &Option<PathBuf>,
+    client_cert_auth: bool,
+    auto: Option<(PathBuf, Vec<String>)>,
+) -> Result<Option<oncekv_server::tls::TlsFiles>, String> {
+    let prefix = if port == "peer" { "peer-" } else { "" };
+    let files = match (cert, key, auto) {
+        (Some(cert), Some(key), _) => Some(oncekv_server::tls::TlsFiles {
+            cert_file: cert.clone(),
+            key_file: key.clone(),
+            trusted_ca_file: trusted_ca.clone(),
+            client_cert_auth,
+            self_signed: false,
+        }),
+        (Some(_), None, _) | (None, Some(_), _) => {
+            return Err(format!(
+                "--{prefix}cert-file and --{prefix}key-file go together"
+            ));
+        }
+        (None, None, Some((dir, hosts))) => {
+            let mut files = oncekv_server::tls::self_signed(&dir, &hosts)
+                .map_err(|e| format!("--{prefix}auto-tls in {}: {e}", dir.display()))?;
+            files.trusted_ca_file = trusted_ca.clone();
+            files.client_cert_auth = client_cert_auth;
+            Some(files)
+        }
+        (None, None, None) => None,
+    };
+    match (&files, https) {
+        (Some(_), false) => Err(format!(
+            "TLS is configured for the {port} port but --listen-{port}-urls is http://; use https://"
+        )),
+        (None, true) => Err(format!(
+            "--listen-{port}-urls is https:// but no certificate is given: set \
+             --{prefix}cert-file and --{prefix}key-file, or --{prefix}auto-tls"
+        )),
+        _ => {
+            if client_cert_auth && trusted_ca.is_none() {
+                return Err(format!(
+                    "--{prefix}client-cert-auth needs --{prefix}trusted-ca-file"
+                ));
+            }
+            Ok(files)
+        }
+    }
 }
 
 /// Settings shared by `serve` and `dev`.
@@ -159,11 +299,12 @@ impl Tuning {
     }
 }
 
-/// `http://127.0.0.1:2379` → its socket address.
+/// `http://127.0.0.1:2379` (or `https://`) → its socket address.
 pub fn parse_url(url: &str) -> Result<SocketAddr, String> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("{url:?}: only http:// URLs are supported"))?;
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{url:?}: only http:// and https:// URLs are supported"))?;
     let host_port = rest.trim_end_matches('/');
     host_port
         .parse()
@@ -203,6 +344,11 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
     args.tuning.apply(&mut config)?;
+    args.tls.apply(
+        &mut config,
+        args.listen_client_urls.starts_with("https://"),
+        args.listen_peer_urls.starts_with("https://"),
+    )?;
     if args.initial_cluster_state == "existing" {
         config.initial_cluster_state = ClusterState::Existing;
     }
@@ -230,8 +376,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         node.peer_addr,
         args.data_dir.display()
     );
+    let scheme = if args.listen_client_urls.starts_with("https://") {
+        "https"
+    } else {
+        "http"
+    };
     eprintln!(
-        "oncekv: metrics at http://{}/metrics, health at http://{}/health",
+        "oncekv: metrics at {scheme}://{}/metrics, health at {scheme}://{}/health",
         node.client_addr, node.client_addr
     );
     tokio::select! {

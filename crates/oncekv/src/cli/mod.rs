@@ -18,6 +18,7 @@ mod txn;
 mod watch;
 
 use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -136,6 +137,21 @@ pub struct GlobalArgs {
     /// the same sequence number, to another endpoint (it still applies once)
     #[arg(id = "global_hedge_writes", long = "hedge-writes")]
     hedge_writes: bool,
+    /// Verify the servers' TLS certificates with this CA bundle (https:// endpoints)
+    #[arg(id = "global_cacert", long = "cacert", value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// Identify to the servers with this TLS certificate (with --key)
+    #[arg(id = "global_cert", long = "cert", value_name = "FILE")]
+    cert: Option<PathBuf>,
+    /// The private key of --cert
+    #[arg(id = "global_key", long = "key", value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// Accept any server certificate (servers with --auto-tls)
+    #[arg(
+        id = "global_insecure_skip_tls_verify",
+        long = "insecure-skip-tls-verify"
+    )]
+    insecure_skip_tls_verify: bool,
 }
 
 /// The same options, given after the command (`oncekv get k -w json`, as etcdctl
@@ -162,6 +178,22 @@ pub struct ClientFlags {
     /// the same sequence number, to another endpoint (it still applies once)
     #[arg(long, global = true)]
     hedge_writes: bool,
+    /// Verify the servers' TLS certificates with this CA bundle (https:// endpoints)
+    #[arg(id = "tls_cacert", long = "cacert", global = true, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// Identify to the servers with this TLS certificate (with --key)
+    #[arg(id = "tls_cert", long = "cert", global = true, value_name = "FILE")]
+    cert: Option<PathBuf>,
+    /// The private key of --cert
+    #[arg(id = "tls_key", long = "key", global = true, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// Accept any server certificate (servers with --auto-tls)
+    #[arg(
+        id = "tls_insecure_skip_tls_verify",
+        long = "insecure-skip-tls-verify",
+        global = true
+    )]
+    insecure_skip_tls_verify: bool,
 }
 
 /// The options a command runs with, after merging both places and the defaults.
@@ -173,6 +205,9 @@ pub(crate) struct Options {
     pub format: Format,
     pub hex: bool,
     pub hedge_writes: bool,
+    /// TLS to the endpoints (given any of --cacert, --cert, --key,
+    /// --insecure-skip-tls-verify).
+    pub tls: Option<oncekv_client::ClientTlsOptions>,
 }
 
 impl Options {
@@ -200,6 +235,16 @@ impl Options {
             format: flags.write_out.or(global.write_out).unwrap_or_default(),
             hex: flags.hex || global.hex,
             hedge_writes: flags.hedge_writes || global.hedge_writes,
+            tls: {
+                let options = oncekv_client::ClientTlsOptions {
+                    ca_file: flags.cacert.clone().or_else(|| global.cacert.clone()),
+                    cert_file: flags.cert.clone().or_else(|| global.cert.clone()),
+                    key_file: flags.key.clone().or_else(|| global.key.clone()),
+                    insecure_skip_verify: flags.insecure_skip_tls_verify
+                        || global.insecure_skip_tls_verify,
+                };
+                (options != oncekv_client::ClientTlsOptions::default()).then_some(options)
+            },
         }
     }
 
@@ -211,6 +256,7 @@ impl Options {
             connect_timeout: self.dial_timeout,
             max_retry_time: self.command_timeout,
             hedge_writes: self.hedge_writes,
+            tls: self.tls.clone(),
             ..ClientConfig::default()
         };
         Client::connect(&self.endpoints, config).map_err(CliError::from)

@@ -1,0 +1,395 @@
+//! TLS on a server port (client or peer): the handshake for every accepted connection,
+//! certificates re-read when their files change, the client certificate's common name
+//! handed to the request handlers, and etcd's `--auto-tls` self-signed certificates.
+//!
+//! Handshakes run in their own tasks, each bounded by
+//! [`FIRST_BYTES_TIMEOUT`](crate::conn_guard::FIRST_BYTES_TIMEOUT): a client that stalls
+//! mid-handshake holds its connection slot until then and delays no one else. A
+//! plaintext client on a TLS port fails the handshake and is closed.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use oncekv_proto::tls::{TlsError, load_certs, load_key, load_roots, provider};
+use rustls::ServerConfig;
+use rustls::server::WebPkiClientVerifier;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_rustls::server::TlsStream;
+use tonic::transport::server::Connected;
+
+use crate::conn_guard::FIRST_BYTES_TIMEOUT;
+
+/// A port's certificate files (etcd's `--cert-file`, `--key-file`, `--trusted-ca-file`,
+/// `--client-cert-auth`, or their `--peer-` forms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// The CA that signs the certificates connecting clients (or peers) present.
+    pub trusted_ca_file: Option<PathBuf>,
+    /// Refuse connections without a certificate signed by `trusted_ca_file`.
+    pub client_cert_auth: bool,
+    /// The certificates are self-signed (auto-TLS): a member dialing a peer port so
+    /// configured cannot check them against a CA, as with etcd's `--peer-auto-tls`.
+    pub self_signed: bool,
+}
+
+/// Each file's modification time and length, `None` if it cannot be read: a change in
+/// any means the configuration is to be rebuilt.
+type Stamp = Vec<Option<(SystemTime, u64)>>;
+
+impl TlsFiles {
+    fn stamp(&self) -> Stamp {
+        let mut paths = vec![&self.cert_file, &self.key_file];
+        paths.extend(self.trusted_ca_file.as_ref());
+        paths
+            .into_iter()
+            .map(|p| {
+                let meta = std::fs::metadata(p).ok()?;
+                Some((meta.modified().ok()?, meta.len()))
+            })
+            .collect()
+    }
+
+    fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?;
+        let builder = match &self.trusted_ca_file {
+            Some(ca) => {
+                let roots = Arc::new(load_roots(ca)?);
+                let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider());
+                let verifier = if self.client_cert_auth {
+                    verifier
+                } else {
+                    verifier.allow_unauthenticated()
+                };
+                builder.with_client_cert_verifier(verifier.build().map_err(|e| {
+                    TlsError::BadCertificate {
+                        path: ca.clone(),
+                        reason: e.to_string(),
+                    }
+                })?)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config =
+            builder.with_single_cert(load_certs(&self.cert_file)?, load_key(&self.key_file)?)?;
+        // gRPC over HTTP/2, and HTTP/1.1 for curl on /metrics and /health.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// A port's TLS configuration, rebuilt when one of its files changes (checked at every
+/// handshake, as etcd re-reads its certificates; a stat per file is cheap next to a
+/// handshake). A change that does not load (a key written before its certificate) keeps
+/// the previous configuration, logged, until the files load again.
+#[derive(Debug)]
+pub struct ServerTls {
+    files: TlsFiles,
+    current: Mutex<(Stamp, Arc<ServerConfig>)>,
+}
+
+impl ServerTls {
+    /// Loads `files` now: a server with unusable certificates does not start.
+    pub fn new(files: TlsFiles) -> Result<Arc<ServerTls>, TlsError> {
+        let stamp = files.stamp();
+        let config = files.server_config()?;
+        Ok(Arc::new(ServerTls {
+            files,
+            current: Mutex::new((stamp, config)),
+        }))
+    }
+
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// The configuration for the next handshake.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        let stamp = self.files.stamp();
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.0 != stamp {
+            match self.files.server_config() {
+                Ok(config) => {
+                    tracing::info!(cert = %self.files.cert_file.display(), "reloaded TLS certificates");
+                    *current = (stamp, config);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "TLS files changed but do not load ({e}); keeping the previous ones"
+                    );
+                    // Not retried at every handshake until the files change again.
+                    current.0 = stamp;
+                }
+            }
+        }
+        current.1.clone()
+    }
+}
+
+/// What the request handlers learn about a connection: the common name of the client's
+/// certificate, if it presented one the port's CA signed (etcd's `--client-cert-auth`
+/// user).
+#[derive(Debug, Clone, Default)]
+pub struct CertIdentity {
+    pub common_name: Option<Arc<str>>,
+}
+
+/// A connection that is either plaintext or TLS.
+#[derive(Debug)]
+pub enum MaybeTls<IO> {
+    Plain(IO),
+    Tls(Box<TlsStream<IO>>, CertIdentity),
+}
+
+/// `incoming`'s connections through TLS when `tls` is given, as they are otherwise.
+pub fn accept<S, IO>(
+    incoming: S,
+    tls: Option<Arc<ServerTls>>,
+) -> Pin<Box<dyn futures::Stream<Item = io::Result<MaybeTls<IO>>> + Send>>
+where
+    S: futures::Stream<Item = io::Result<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    use futures::StreamExt;
+    let Some(tls) = tls else {
+        return Box::pin(incoming.map(|conn| conn.map(MaybeTls::Plain)));
+    };
+    // Handshakes finish in any order; the server sees connections as they complete.
+    let (done, ready) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut incoming = std::pin::pin!(incoming);
+        while let Some(conn) = incoming.next().await {
+            let io = match conn {
+                Ok(io) => io,
+                Err(e) => {
+                    if done.send(Err(e)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+            let done = done.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor.accept(io)).await {
+                    Ok(Ok(stream)) => {
+                        let identity = CertIdentity {
+                            common_name: stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|certs| certs.first())
+                                .and_then(|cert| common_name(cert)),
+                        };
+                        let _ = done
+                            .send(Ok(MaybeTls::Tls(Box::new(stream), identity)))
+                            .await;
+                    }
+                    Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                    Err(_) => tracing::debug!("TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(ready))
+}
+
+/// The subject's common name in a DER certificate.
+fn common_name(cert: &[u8]) -> Option<Arc<str>> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let cn = parsed.subject().iter_common_name().next()?;
+    Some(Arc::from(cn.as_str().ok()?))
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            MaybeTls::Tls(io, _) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTls<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTls::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            MaybeTls::Tls(io, _) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(io) => Pin::new(io).poll_flush(cx),
+            MaybeTls::Tls(io, _) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            MaybeTls::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            MaybeTls::Tls(io, _) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTls::Plain(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            MaybeTls::Tls(io, _) => Pin::new(io.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MaybeTls::Plain(io) => io.is_write_vectored(),
+            MaybeTls::Tls(io, _) => io.is_write_vectored(),
+        }
+    }
+}
+
+impl<IO> Connected for MaybeTls<IO> {
+    type ConnectInfo = CertIdentity;
+
+    fn connect_info(&self) -> CertIdentity {
+        match self {
+            MaybeTls::Plain(_) => CertIdentity::default(),
+            MaybeTls::Tls(_, identity) => identity.clone(),
+        }
+    }
+}
+
+/// etcd's `--auto-tls` / `--peer-auto-tls`: a self-signed certificate for `hosts` in
+/// `dir` (`cert.pem`, `key.pem`), made on first use and kept across restarts.
+pub fn self_signed(dir: &Path, hosts: &[String]) -> io::Result<TlsFiles> {
+    let files = TlsFiles {
+        cert_file: dir.join("cert.pem"),
+        key_file: dir.join("key.pem"),
+        trusted_ca_file: None,
+        client_cert_auth: false,
+        self_signed: true,
+    };
+    if files.cert_file.exists() && files.key_file.exists() {
+        return Ok(files);
+    }
+    let cert = rcgen::generate_simple_self_signed(hosts.to_vec())
+        .map_err(|e| io::Error::other(format!("cannot generate a certificate: {e}")))?;
+    std::fs::create_dir_all(dir)?;
+    write_private(&files.key_file, cert.signing_key.serialize_pem().as_bytes())?;
+    std::fs::write(&files.cert_file, cert.cert.pem())?;
+    Ok(files)
+}
+
+/// Writes a file only its owner can read (private keys).
+pub fn write_private(path: &Path, contents: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents)?;
+    file.sync_all()
+}
+
+/// A throw-away certificate authority and the certificates a local cluster needs (`oncekv
+/// dev --tls`, and tests): one server certificate for 127.0.0.1 / localhost that every
+/// member uses on both ports (it dials its peers with it too), and one client certificate
+/// per user name (the common name, for `--client-cert-auth`).
+#[derive(Debug, Clone)]
+pub struct DevPki {
+    pub ca_file: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    /// `(user, certificate, key)`.
+    pub clients: Vec<(String, PathBuf, PathBuf)>,
+}
+
+impl DevPki {
+    /// Writes a new authority and its certificates into `dir`.
+    pub fn create(dir: &Path, users: &[&str]) -> io::Result<DevPki> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, KeyUsagePurpose,
+        };
+        let failed = |e: rcgen::Error| io::Error::other(format!("making certificates: {e}"));
+        std::fs::create_dir_all(dir)?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "oncekv throw-away CA");
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_key = KeyPair::generate().map_err(failed)?;
+        let ca_cert = ca.self_signed(&ca_key).map_err(failed)?;
+        let issuer = Issuer::new(ca, ca_key);
+        let ca_file = dir.join("ca.pem");
+        std::fs::write(&ca_file, ca_cert.pem())?;
+
+        let leaf = |sans: Vec<String>, cn: &str, name: &str| -> io::Result<(PathBuf, PathBuf)> {
+            let mut params = CertificateParams::new(sans).map_err(failed)?;
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            params.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            let key = KeyPair::generate().map_err(failed)?;
+            let cert = params.signed_by(&key, &issuer).map_err(failed)?;
+            let (cert_file, key_file) = (
+                dir.join(format!("{name}.pem")),
+                dir.join(format!("{name}-key.pem")),
+            );
+            std::fs::write(&cert_file, cert.pem())?;
+            write_private(&key_file, key.serialize_pem().as_bytes())?;
+            Ok((cert_file, key_file))
+        };
+        let hosts = ["127.0.0.1", "localhost", "::1"].map(String::from).to_vec();
+        let (server_cert, server_key) = leaf(hosts, "oncekv member", "server")?;
+        let mut clients = Vec::new();
+        for user in users {
+            let (cert, key) = leaf(Vec::new(), user, &format!("client-{user}"))?;
+            clients.push((user.to_string(), cert, key));
+        }
+        Ok(DevPki {
+            ca_file,
+            server_cert,
+            server_key,
+            clients,
+        })
+    }
+
+    /// Both ports' TLS for a member: certificates from this authority required of peers,
+    /// and of clients too when `client_cert_auth`.
+    pub fn member_tls(&self, client_cert_auth: bool) -> (TlsFiles, TlsFiles) {
+        let files = |client_cert_auth| TlsFiles {
+            cert_file: self.server_cert.clone(),
+            key_file: self.server_key.clone(),
+            trusted_ca_file: Some(self.ca_file.clone()),
+            client_cert_auth,
+            self_signed: false,
+        };
+        (files(client_cert_auth), files(true))
+    }
+}
