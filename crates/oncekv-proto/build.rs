@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 const PROTOS: &[&str] = &[
     "proto/mvccpb/kv.proto",
+    "proto/authpb/auth.proto",
     "proto/etcdserverpb/rpc.proto",
     "proto/v3lockpb/v3lock.proto",
     "proto/v3electionpb/v3election.proto",

@@ -57,6 +57,18 @@ pub enum Command {
         member: u64,
         alarm: AlarmKind,
     },
+    /// [`RegisterClient`](Command::RegisterClient) by an authenticated user, who owns the
+    /// session: while auth is on, only `owner` may send requests under it (the server
+    /// checks before it looks for a saved reply). A retry with the same nonce by another
+    /// user is [`Response::Rejected`]. (A variant of its own, after the others, so that
+    /// log entries written before it existed still decode.)
+    RegisterOwned {
+        secret: Secret,
+        nonce: u128,
+        owner: String,
+    },
+    /// A change to the auth store (etcd's Auth service), answered [`Response::Auth`].
+    Auth(crate::auth::AuthCommand),
 }
 
 /// etcd's alarm types.
@@ -518,6 +530,8 @@ pub enum Response {
     Op(Result<OpReply, SessionError>),
     /// A malformed command (e.g. two registrations in one entry); nothing changed.
     Rejected,
+    /// [`Command::Auth`].
+    Auth(Result<(), crate::auth::AuthError>),
 }
 
 /// A session's 128-bit secret. Drawn at random by the leader and stored in the log, so every

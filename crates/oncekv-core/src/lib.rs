@@ -44,6 +44,7 @@
 //! assert_eq!(sm.stats().duplicates, 1);
 //! ```
 
+pub mod auth;
 pub mod command;
 pub mod fingerprint;
 pub mod history;
@@ -63,6 +64,7 @@ pub use command::{
     RangeResponse, RequestOp, Response, ResponseOp, Settings, SortOrder, SortTarget, Tracked,
     TxnRequest, TxnResponse, prefix_end, queue_key,
 };
+pub use auth::{Access, AuthCommand, AuthError, AuthStore, PermKind, Permission};
 pub use history::{Event, EventBatch, EventKind, ReadLimit};
 pub use session::{SavedReply, Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;

@@ -8,6 +8,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::AuthStore;
 use crate::command::{AlarmKind, Settings};
 use crate::history::Change;
 use crate::kv::{KvStore, Value};
@@ -17,8 +18,11 @@ use crate::state_machine::StateMachine;
 
 /// The image format and its version: a change to the format changes the version, so that
 /// an image of another format is refused (`BadMagic`), never misread. Version 4 is
-/// version 3 followed by the raised alarms; a version 3 image (no alarms) still restores.
-const MAGIC: &[u8; 4] = b"OKV4";
+/// version 3 followed by the raised alarms; version 5 is version 4 followed by the auth
+/// store and the session owners. Older images (no alarms, auth off, no owners) still
+/// restore.
+const MAGIC: &[u8; 4] = b"OKV5";
+const MAGIC_V4: &[u8; 4] = b"OKV4";
 const MAGIC_V3: &[u8; 4] = b"OKV3";
 
 #[derive(Debug, thiserror::Error)]
@@ -82,18 +86,25 @@ impl StateMachine {
         };
         let out = postcard::to_extend(&image, MAGIC.to_vec())?;
         let alarms: Vec<(u64, AlarmKind)> = self.alarms.iter().copied().collect();
-        Ok(postcard::to_extend(&alarms, out)?)
+        let out = postcard::to_extend(&alarms, out)?;
+        let owners: Vec<(&u64, &String)> = self.owners.iter().collect();
+        Ok(postcard::to_extend(&(&self.auth, owners), out)?)
     }
 
     /// Decodes a [`snapshot`](Self::snapshot). Fails, changing nothing, on bytes that are
     /// not a valid image.
     pub fn restore(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
-        let (image, alarms) = if let Some(body) = bytes.strip_prefix(MAGIC) {
+        let (image, alarms, (auth, owners)) = if let Some(body) = bytes.strip_prefix(MAGIC) {
+            let (image, rest): (Image, _) = postcard::take_from_bytes(body)?;
+            let (alarms, rest): (Vec<(u64, AlarmKind)>, _) = postcard::take_from_bytes(rest)?;
+            let auth: (AuthStore, Vec<(u64, String)>) = postcard::from_bytes(rest)?;
+            (image, alarms, auth)
+        } else if let Some(body) = bytes.strip_prefix(MAGIC_V4) {
             let (image, rest): (Image, _) = postcard::take_from_bytes(body)?;
             let alarms: Vec<(u64, AlarmKind)> = postcard::from_bytes(rest)?;
-            (image, alarms)
+            (image, alarms, Default::default())
         } else if let Some(body) = bytes.strip_prefix(MAGIC_V3) {
-            (postcard::from_bytes(body)?, Vec::new())
+            (postcard::from_bytes(body)?, Vec::new(), Default::default())
         } else {
             return Err(SnapshotError::BadMagic);
         };
@@ -104,6 +115,8 @@ impl StateMachine {
                 .map_err(SnapshotError::Invalid)?,
             settings: image.settings,
             alarms: alarms.into_iter().collect(),
+            auth,
+            owners: owners.into_iter().collect(),
             applied_index: image.applied_index,
             cluster_time: image.cluster_time,
             ..StateMachine::default()

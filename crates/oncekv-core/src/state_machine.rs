@@ -51,6 +51,11 @@ pub struct StateMachine {
     pub(crate) settings: Settings,
     /// Raised alarms, by member (replicated: every replica refuses the same ops).
     pub(crate) alarms: std::collections::BTreeSet<(u64, AlarmKind)>,
+    /// Users, roles and whether auth is on (etcd's auth store).
+    pub(crate) auth: crate::auth::AuthStore,
+    /// The user that registered each session opened with auth on (by client id); only
+    /// live sessions are listed.
+    pub(crate) owners: std::collections::BTreeMap<u64, String>,
     pub(crate) applied_index: u64,
     pub(crate) cluster_time: u64,
     pub(crate) stats: Stats,
@@ -130,6 +135,7 @@ impl StateMachine {
         self.cluster_time = self.cluster_time.max(cluster_time);
         let now = self.cluster_time;
         for client_id in self.sessions.expire(now, self.settings.session_ttl_ms) {
+            self.owners.remove(&client_id);
             self.stats.sessions_expired += 1;
             self.record(Expired::Session { index, client_id });
         }
@@ -171,8 +177,38 @@ impl StateMachine {
                 Response::Session(self.sessions.keep_alive(*client_id, *secret, now))
             }
             Command::CloseSession { client_id, secret } => {
-                Response::Session(self.sessions.close(*client_id, *secret))
+                let closed = self.sessions.close(*client_id, *secret);
+                if closed.is_ok() {
+                    self.owners.remove(client_id);
+                }
+                Response::Session(closed)
             }
+            Command::RegisterOwned {
+                secret,
+                nonce,
+                owner,
+            } => {
+                if let Some((client_id, secret)) = self.sessions.retried_registration(*nonce, now) {
+                    if self.owners.get(&client_id) != Some(owner) {
+                        return Response::Rejected;
+                    }
+                    Response::Registered {
+                        client_id,
+                        secret,
+                        settings: self.settings,
+                    }
+                } else if pos == 0 && self.sessions.register(index, *secret, *nonce, now) {
+                    self.owners.insert(index, owner.clone());
+                    Response::Registered {
+                        client_id: index,
+                        secret: *secret,
+                        settings: self.settings,
+                    }
+                } else {
+                    Response::Rejected
+                }
+            }
+            Command::Auth(command) => Response::Auth(self.auth.apply(command)),
             Command::Tick => Response::Done,
             Command::Configure(s) => {
                 // Shrinking the window could strand saved responses a client still needs.
@@ -389,6 +425,15 @@ impl StateMachine {
 
     pub fn leases(&self) -> &LeaseTable {
         &self.leases
+    }
+
+    pub fn auth(&self) -> &crate::auth::AuthStore {
+        &self.auth
+    }
+
+    /// The user that owns session `client_id`, if it was registered with auth on.
+    pub fn session_owner(&self, client_id: u64) -> Option<&str> {
+        self.owners.get(&client_id).map(String::as_str)
     }
 
     pub fn sessions(&self) -> &SessionTable {

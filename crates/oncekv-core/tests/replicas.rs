@@ -389,6 +389,10 @@ impl Model {
             Command::Tracked(t) => self.check_tracked(t, got),
             // The workload raises no alarms.
             Command::Alarm { .. } => assert_eq!(got, &Response::Done),
+            // Nor does it use auth.
+            Command::RegisterOwned { .. } | Command::Auth(_) => {
+                panic!("the workload does not use auth: {command:?}")
+            }
         }
     }
 

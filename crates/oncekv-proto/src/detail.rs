@@ -101,6 +101,9 @@ details! {
     Corrupt = "corrupt" => Answer,
     /// The request is malformed or too large.
     InvalidArgument = "invalid-argument" => Answer,
+    /// An auth refusal other than a denied permission (etcd's message says which: no
+    /// user, wrong password, a stale or invalid token, ...).
+    Auth = "auth" => Answer,
     /// This member is not the leader and could not hand the request on.
     NotLeader = "not-leader" => Retryable,
     /// The cluster has no leader now.

@@ -36,6 +36,17 @@ pub mod mvccpb {
     tonic::include_proto!("mvccpb");
 }
 
+/// etcd v3 auth types (`authpb` package).
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod authpb {
+    tonic::include_proto!("authpb");
+}
+
 /// etcd v3 gRPC services and messages (`etcdserverpb` package).
 #[allow(
     missing_docs,

@@ -63,6 +63,12 @@ pub struct NodeConfig {
     /// TLS on the peer port and on this member's connections to its peers (the `--peer-`
     /// forms): the same certificate serves and dials, and the peer CA checks both ways.
     pub peer_tls: Option<crate::tls::TlsFiles>,
+    /// bcrypt's cost for the password hashes this member computes (etcd's
+    /// `--bcrypt-cost`, 10).
+    pub bcrypt_cost: u32,
+    /// How long a token from Authenticate stays valid (etcd's `--auth-token-ttl`, 300 s);
+    /// any auth change ends every token earlier.
+    pub auth_token_ttl: Duration,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
     /// How often a watcher created with `progress_notify` gets an empty response carrying
@@ -109,6 +115,8 @@ impl NodeConfig {
             max_connections: 10_000,
             grpc_keepalive_interval: Duration::from_secs(2 * 3600),
             grpc_keepalive_timeout: Duration::from_secs(20),
+            bcrypt_cost: 10,
+            auth_token_ttl: Duration::from_secs(300),
             client_tls: None,
             peer_tls: None,
             request_timeout: Duration::from_secs(7),

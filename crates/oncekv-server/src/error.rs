@@ -62,6 +62,8 @@ pub enum ApiError {
     Session(#[from] SessionError),
     #[error(transparent)]
     Propose(#[from] ProposeError),
+    #[error(transparent)]
+    Auth(#[from] oncekv_core::AuthError),
     #[error("etcdserver: request is too large")]
     TooLarge,
     #[error("{0}")]
@@ -101,6 +103,17 @@ impl From<ApiError> for Status {
                 ProposeError::Stopped => (Code::Unavailable, ErrorDetail::Stopping),
                 ProposeError::Internal(_) => (Code::Internal, ErrorDetail::Bug),
             },
+            ApiError::Auth(a) => {
+                use oncekv_core::AuthError as A;
+                match a {
+                    A::PermissionDenied => (Code::PermissionDenied, ErrorDetail::PermissionDenied),
+                    A::UserEmpty | A::RoleEmpty | A::AuthFailed | A::AuthOldRevision => {
+                        (Code::InvalidArgument, ErrorDetail::Auth)
+                    }
+                    A::InvalidAuthToken => (Code::Unauthenticated, ErrorDetail::Auth),
+                    _ => (Code::FailedPrecondition, ErrorDetail::Auth),
+                }
+            }
             ApiError::TooLarge | ApiError::InvalidArgument(_) => {
                 (Code::InvalidArgument, ErrorDetail::InvalidArgument)
             }

@@ -82,6 +82,15 @@ fn request<T>(headers: &HeaderMap, message: T) -> tonic::Request<T> {
             req.metadata_mut().insert(name, v);
         }
     }
+    // etcd's gateway takes the token from `Authorization` (with auth on).
+    if let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.trim_start_matches("Bearer ").parse().ok())
+    {
+        req.metadata_mut()
+            .insert(crate::auth::TOKEN_METADATA, token);
+    }
     req
 }
 
@@ -666,7 +675,7 @@ async fn member_list(State(g): State<Gateway>, headers: HeaderMap) -> Response {
 
 /// `POST /v3/watch` with `{"create_request": {...}}`: the watch's responses as a stream
 /// of `{"result": ...}` lines, until the client goes away.
-async fn watch(State(g): State<Gateway>, body: Bytes) -> Response {
+async fn watch(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     use futures::StreamExt;
     let create = match parse(&body).and_then(|v| {
         let c = v.get("create_request").cloned().unwrap_or(Value::Null);
@@ -708,7 +717,8 @@ async fn watch(State(g): State<Gateway>, body: Bytes) -> Response {
     // One create request, then the request side stays open: the watch runs until the
     // client disconnects (which drops the response stream).
     let requests = futures::stream::iter([Ok(req)]).chain(futures::stream::pending());
-    let responses = crate::etcd::watch_stream(g.core, g.stop, Box::pin(requests), false);
+    let caller = crate::auth::Caller::of_http(&headers);
+    let responses = crate::etcd::watch_stream(g.core, g.stop, Box::pin(requests), false, caller);
     let lines = responses.map(|r| {
         let v = match r {
             Ok(resp) => json!({ "result": watch_resp(&resp) }),

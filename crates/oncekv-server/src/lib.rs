@@ -23,6 +23,7 @@
 //! - [`authority`]: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
 //!   HTTP/2's `:authority`, which h2 refuses.
 
+pub mod auth;
 pub mod authority;
 pub mod backup;
 pub mod compactor;

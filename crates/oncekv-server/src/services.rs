@@ -11,12 +11,13 @@ use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
 use crate::etcd::{
-    ClusterService, ElectionService, KvService, LeaseService, LockService, MaintenanceService,
+    AuthService, ClusterService, ElectionService, KvService, LeaseService, LockService, MaintenanceService,
     SessionService, WatchService,
 };
 use crate::forwarder::Forwarded;
 use crate::http::GrpcMetricsLayer;
 use crate::network::MAX_PEER_MESSAGE_BYTES;
+use crate::pb::etcdserverpb::auth_server::AuthServer;
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
 use crate::pb::etcdserverpb::kv_server::KvServer;
 use crate::pb::etcdserverpb::lease_server::LeaseServer;
@@ -104,7 +105,8 @@ where
         ElectionServer::new(ElectionService { node: core.clone() })
             .max_decoding_message_size(limit),
     )
-    .add_service(SessionServer::new(SessionService { node: core.clone() }));
+    .add_service(SessionServer::new(SessionService { node: core.clone() }))
+    .add_service(AuthServer::new(AuthService { node: core.clone() }));
     // HTTP/1.1 too, for curl and Prometheus on the HTTP routes; gRPC clients speak HTTP/2
     // with prior knowledge and are told apart by the connection preface.
     let routes = grpc

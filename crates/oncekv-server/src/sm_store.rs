@@ -51,6 +51,9 @@ pub struct Applied {
     /// released: a receiver that wakes and reads the state sees at least that revision.
     /// Watch streams wait on it instead of polling.
     revision: tokio::sync::watch::Sender<i64>,
+    /// Whether the applied auth store has auth on, kept after every apply and install:
+    /// requests read it without the lock, and with auth off skip every auth check.
+    auth_enabled: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -100,6 +103,16 @@ impl Applied {
     /// the revision as published; the state may already be ahead of it.
     pub fn subscribe_revision(&self) -> tokio::sync::watch::Receiver<i64> {
         self.revision.subscribe()
+    }
+
+    /// Whether auth is on in the applied state.
+    pub fn auth_enabled(&self) -> bool {
+        self.auth_enabled.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_auth_enabled(&self, on: bool) {
+        self.auth_enabled
+            .store(on, std::sync::atomic::Ordering::Release);
     }
 
     /// Publishes `revision` if it differs from the last one: an apply batch that created
@@ -204,6 +217,7 @@ impl SmStore {
         }
         let persisted = Arc::new(std::sync::Mutex::new(inner.last_applied));
         let (revision, _) = tokio::sync::watch::channel(inner.sm.revision());
+        let auth_enabled = std::sync::atomic::AtomicBool::new(inner.sm.auth().enabled());
         Ok(SmStore {
             disk,
             observer,
@@ -211,6 +225,7 @@ impl SmStore {
                 inner: RwLock::new(inner),
                 waiters: WaitingList::new(),
                 revision,
+                auth_enabled,
             }),
             dir: dir.to_path_buf(),
             persisted,
@@ -298,6 +313,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                     o.applied(&mut inner.sm);
                 }
             }
+            self.applied.set_auth_enabled(inner.sm.auth().enabled());
             (
                 inner.last_applied.map_or(0, |l| l.index),
                 inner.sm.revision(),
@@ -338,6 +354,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             if let Some(o) = &self.observer {
                 o.applied(&mut inner.sm);
             }
+            self.applied.set_auth_enabled(inner.sm.auth().enabled());
             (meta.last_log_id.map_or(0, |l| l.index), inner.sm.revision())
         };
         // Always wake: the installed state may have compacted history that a watcher

@@ -240,6 +240,17 @@ pub struct Tuning {
     /// next batch.
     #[arg(long, default_value_t = oncekv_server::config::BatchLimits::default().max_forwards_in_flight)]
     pub max_inflight_forwards: usize,
+    /// bcrypt cost of the password hashes this member computes (4 to 31; each step
+    /// doubles the work of every Authenticate and user add).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(4..=31))]
+    pub bcrypt_cost: u32,
+    /// Token kind: "simple" (oncekv's simple tokens are signed, so any member checks any
+    /// member's). JWT is not supported.
+    #[arg(long, default_value = "simple", value_parser = ["simple"])]
+    pub auth_token: String,
+    /// Seconds an Authenticate token stays valid (any auth change ends all tokens sooner).
+    #[arg(long, default_value_t = 300)]
+    pub auth_token_ttl: u64,
     /// How the leader compacts history by itself: "periodic" (keep a span of time) or
     /// "revision" (keep a number of revisions). See --auto-compaction-retention.
     #[arg(long, default_value = "periodic", value_parser = ["periodic", "revision"])]
@@ -293,6 +304,8 @@ impl Tuning {
         };
         config.batch.max_in_flight = self.max_inflight_entries.max(1);
         config.batch.max_forwards_in_flight = self.max_inflight_forwards.max(1);
+        config.bcrypt_cost = self.bcrypt_cost;
+        config.auth_token_ttl = Duration::from_secs(self.auth_token_ttl.max(1));
         config.request_timeout =
             Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
         Ok(())

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::membership::{Changed, MemberChange, MemberInfo, members_of};
+use crate::auth::{Caller, Need};
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
 use crate::request_path::NodeCore;
@@ -84,6 +85,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let r = request.into_inner();
         let peer_url = one_peer_url(r.peer_ur_ls)?;
         let changed = self
@@ -108,6 +112,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let id = request.into_inner().id;
         let changed = self.change(MemberChange::Remove { id }).await?;
         Ok(Response::new(pb::MemberRemoveResponse {
@@ -120,6 +127,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let r = request.into_inner();
         let peer_url = one_peer_url(r.peer_ur_ls)?;
         let changed = self
@@ -135,6 +145,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let id = request.into_inner().id;
         let changed = self.change(MemberChange::Promote { id }).await?;
         Ok(Response::new(pb::MemberPromoteResponse {

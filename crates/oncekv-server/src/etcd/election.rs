@@ -24,6 +24,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::queue;
+use super::lock::authorize_queue;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::pb::v3electionpb as pb;
 use crate::pb::v3electionpb::election_server::Election;
@@ -93,8 +95,10 @@ impl Election for ElectionService {
         request: Request<pb::CampaignRequest>,
     ) -> Result<Response<pb::CampaignResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
+        authorize_queue(&self.node, &caller, &r.name, meta.as_ref(), true).await?;
         let req = EnqueueRequest {
             name: r.name.clone(),
             lease: r.lease,
@@ -121,6 +125,7 @@ impl Election for ElectionService {
         request: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let leader = leader_key(r.leader)?;
@@ -131,6 +136,7 @@ impl Election for ElectionService {
             ..PutRequest::default()
         });
         let op = Op::Txn(guarded(&leader.key, leader.rev, put));
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
         let reply = self.node.execute(op, meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::Txn(t) if t.succeeded => Ok(Response::new(pb::ProclaimResponse {
@@ -145,8 +151,10 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
+        authorize_queue(&self.node, &caller, &r.name, None, false).await?;
         let (revision, resp) = self.node.range(&first_candidate(&r.name), false).await?;
         match resp.kvs.into_iter().next() {
             Some(kv) => Ok(Response::new(pb::LeaderResponse {
@@ -161,8 +169,10 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<BoxStream<pb::LeaderResponse>>, Status> {
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
+        authorize_queue(&self.node, &caller, &r.name, None, false).await?;
         // Linearizable start, as etcd's first Get; the following is from history.
         let (revision, resp) = self.node.range(&first_candidate(&r.name), false).await?;
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
@@ -182,13 +192,13 @@ impl Election for ElectionService {
         request: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let leader = leader_key(r.leader)?;
-        let reply = self
-            .node
-            .execute(resign_op(&leader.key, leader.rev), meta)
-            .await?;
+        let op = resign_op(&leader.key, leader.rev);
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let reply = self.node.execute(op, meta).await?;
         // Not leading (any more) is no error: etcd answers the header either way.
         match reply.result.map_err(ApiError::from)? {
             OpResponse::Txn(_) => Ok(Response::new(pb::ResignResponse {

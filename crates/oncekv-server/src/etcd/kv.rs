@@ -6,6 +6,7 @@ use oncekv_core::{Op, OpResponse, validate_txn};
 use tonic::{Request, Response, Status};
 
 use super::convert;
+use crate::auth::{Caller, Need};
 use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::kv_server::Kv;
@@ -27,9 +28,13 @@ impl Kv for KvService {
         &self,
         request: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let req = convert::range_request(&r)?;
+        self.node
+            .authorize(&caller, &[Need::Read(&req.range.key, &req.range.range_end)])
+            .await?;
         let (revision, resp) = self.node.range(&req, r.serializable).await?;
         Ok(Response::new(convert::range_response(
             resp,
@@ -42,12 +47,12 @@ impl Kv for KvService {
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        let reply = self
-            .node
-            .execute(Op::Put(convert::put_request(r)), meta)
-            .await?;
+        let op = Op::Put(convert::put_request(r));
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let reply = self.node.execute(op, meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::Put(p) => Ok(Response::new(convert::put_response(
                 p,
@@ -62,12 +67,12 @@ impl Kv for KvService {
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        let reply = self
-            .node
-            .execute(Op::DeleteRange(convert::delete_request(r)), meta)
-            .await?;
+        let op = Op::DeleteRange(convert::delete_request(r));
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let reply = self.node.execute(op, meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::DeleteRange(d) => Ok(Response::new(convert::delete_response(
                 d,
@@ -82,11 +87,14 @@ impl Kv for KvService {
         request: Request<pb::TxnRequest>,
     ) -> Result<Response<pb::TxnResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let txn = convert::txn_request(r)?;
         validate_txn(&txn, self.node.config().max_txn_ops).map_err(ApiError::from)?;
-        let reply = self.node.execute(Op::Txn(txn), meta).await?;
+        let op = Op::Txn(txn);
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let reply = self.node.execute(op, meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::Txn(t) => Ok(Response::new(convert::txn_response(
                 t,
@@ -101,6 +109,7 @@ impl Kv for KvService {
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         // Compaction is a log entry, so every replica drops the same history. `physical`
         // needs no extra wait: etcd's asks to wait for its backend's background cleanup,
@@ -108,15 +117,11 @@ impl Kv for KvService {
         // and the answer comes only after that (through a follower, after the leader's
         // apply; the follower applies the same entry next, and a linearizable read there
         // waits for it).
-        let reply = self
-            .node
-            .execute(
-                Op::Compact {
-                    revision: r.revision,
-                },
-                meta,
-            )
-            .await?;
+        let op = Op::Compact {
+            revision: r.revision,
+        };
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let reply = self.node.execute(op, meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::Compact => Ok(Response::new(pb::CompactionResponse {
                 header: self.node.header(reply.revision),

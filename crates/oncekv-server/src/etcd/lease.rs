@@ -8,6 +8,7 @@ use oncekv_core::{Op, OpError, OpResponse};
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{Caller, Need};
 use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::lease_server::Lease;
@@ -26,17 +27,14 @@ impl Lease for LeaseService {
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
-        let reply = self
-            .node
-            .execute(
-                Op::LeaseGrant {
-                    id: r.id,
-                    ttl: r.ttl,
-                },
-                meta,
-            )
-            .await?;
+        let op = Op::LeaseGrant {
+            id: r.id,
+            ttl: r.ttl,
+        };
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let reply = self.node.execute(op, meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::LeaseGrant { id, ttl } => Ok(Response::new(pb::LeaseGrantResponse {
                 header: self.node.header(reply.revision),
@@ -53,11 +51,27 @@ impl Lease for LeaseService {
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
-        let reply = self
-            .node
-            .execute(Op::LeaseRevoke { id: r.id }, meta)
-            .await?;
+        let op = Op::LeaseRevoke { id: r.id };
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        if self.node.applied().auth_enabled() {
+            // Revoking deletes the lease's keys: etcd asks for write permission on each.
+            let keys = {
+                let inner = self.node.applied().read();
+                let now = inner.sm.cluster_time();
+                inner
+                    .sm
+                    .leases()
+                    .status(r.id, true, now)
+                    .map(|s| s.keys)
+                    .unwrap_or_default()
+            };
+            let no_end = bytes::Bytes::new();
+            let needs: Vec<Need<'_>> = keys.iter().map(|k| Need::Write(k, &no_end)).collect();
+            self.node.authorize(&caller, &needs).await?;
+        }
+        let reply = self.node.execute(op, meta).await?;
         reply.result.map_err(ApiError::from)?;
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: self.node.header(reply.revision),
@@ -73,6 +87,9 @@ impl Lease for LeaseService {
         // first keep-alive (the oncekv client opens a stream per keep-alive); later ones
         // on the same stream are untracked, as etcd's are.
         let mut meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
+        let op = Op::LeaseKeepAlive { id: 0 };
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
         let incoming = request.into_inner();
         // One response per request, in order. A lease that is gone answers TTL 0, as etcd
         // does, rather than ending the stream.
@@ -104,6 +121,9 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Anyone])
+            .await?;
         let r = request.into_inner();
         self.node.read_index().await.map_err(ApiError::from)?;
         let inner = self.node.applied().read();
@@ -134,8 +154,11 @@ impl Lease for LeaseService {
 
     async fn lease_leases(
         &self,
-        _request: Request<pb::LeaseLeasesRequest>,
+        request: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Anyone])
+            .await?;
         self.node.read_index().await.map_err(ApiError::from)?;
         let inner = self.node.applied().read();
         let leases = inner

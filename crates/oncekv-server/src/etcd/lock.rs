@@ -17,6 +17,7 @@ use oncekv_proto::SessionMeta;
 use tonic::{Request, Response, Status};
 
 use super::queue;
+use crate::auth::{Caller, Need};
 use crate::error::ApiError;
 use crate::pb::v3lockpb as pb;
 use crate::pb::v3lockpb::lock_server::Lock;
@@ -34,6 +35,29 @@ fn delete_key(key: Bytes) -> Op {
     })
 }
 
+/// Lock and Campaign write a key under `name/` and read the queue there (Leader and
+/// Observe only read it): what they need with auth on, and, tracked, the session's owner.
+pub(super) async fn authorize_queue(
+    node: &NodeCore,
+    caller: &Caller,
+    name: &Bytes,
+    meta: Option<&SessionMeta>,
+    write: bool,
+) -> Result<(), Status> {
+    if !node.applied().auth_enabled() {
+        return Ok(());
+    }
+    let (start, end) = crate::auth::queue_range(name);
+    let mut needs = vec![Need::Read(&start, &end)];
+    if write {
+        needs.push(Need::Write(&start, &end));
+    }
+    if let (Some(user), Some(meta)) = (node.authorize(caller, &needs).await?, meta) {
+        node.check_session_owner(&user, meta.client_id)?;
+    }
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl Lock for LockService {
     async fn lock(
@@ -41,8 +65,10 @@ impl Lock for LockService {
         request: Request<pb::LockRequest>,
     ) -> Result<Response<pb::LockResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
+        authorize_queue(&self.node, &caller, &r.name, meta.as_ref(), true).await?;
         let req = EnqueueRequest {
             name: r.name,
             lease: r.lease,
@@ -62,9 +88,12 @@ impl Lock for LockService {
         request: Request<pb::UnlockRequest>,
     ) -> Result<Response<pb::UnlockResponse>, Status> {
         let meta = SessionMeta::from_metadata(request.metadata()).map_err(ApiError::from)?;
+        let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        let reply = self.node.execute(delete_key(r.key), meta).await?;
+        let op = delete_key(r.key);
+        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let reply = self.node.execute(op, meta).await?;
         match reply.result.map_err(ApiError::from)? {
             OpResponse::DeleteRange(_) => Ok(Response::new(pb::UnlockResponse {
                 header: self.node.header(reply.revision),

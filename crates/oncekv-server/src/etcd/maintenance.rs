@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::error::ApiError;
+use crate::auth::{Caller, Need};
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
 use crate::request_path::NodeCore;
@@ -105,8 +106,11 @@ impl Maintenance for MaintenanceService {
     /// The applied state now, streamed in chunks; the first carries the header.
     async fn snapshot(
         &self,
-        _request: Request<pb::SnapshotRequest>,
+        request: Request<pb::SnapshotRequest>,
     ) -> Result<Response<BoxStream<pb::SnapshotResponse>>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let node = self.node.clone();
         // Encoding walks the whole state: off the async workers.
         let bytes = tokio::task::spawn_blocking(move || crate::backup::current(node.applied()))
@@ -136,8 +140,11 @@ impl Maintenance for MaintenanceService {
     /// sessions): equal on members at the same applied index.
     async fn hash(
         &self,
-        _request: Request<pb::HashRequest>,
+        request: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let (hash, revision) = {
             let inner = self.node.applied().read();
             let image = inner
@@ -156,6 +163,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<pb::HashKvRequest>,
     ) -> Result<Response<pb::HashKvResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let revision = request.into_inner().revision;
         let (hash, compact_revision, at) = hash_kv(&self.node, revision)?;
         Ok(Response::new(pb::HashKvResponse {
@@ -171,6 +181,9 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let target = request.into_inner().target_id;
         self.node.move_leader(target).await.map_err(|e| {
             if e == "etcdserver: not leader" {
@@ -192,6 +205,12 @@ impl Maintenance for MaintenanceService {
         request: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
         use pb::alarm_request::AlarmAction;
+        let need = if request.get_ref().action == AlarmAction::Get as i32 {
+            Need::Anyone
+        } else {
+            Need::Admin
+        };
+        self.node.authorize(&Caller::of(&request), &[need]).await?;
         let r = request.into_inner();
         let kind = match pb::AlarmType::try_from(r.alarm) {
             Ok(pb::AlarmType::Nospace) => Some(AlarmKind::NoSpace),
@@ -244,8 +263,11 @@ impl Maintenance for MaintenanceService {
     /// before it is dropped. Returns once that snapshot is taken.
     async fn defragment(
         &self,
-        _request: Request<pb::DefragmentRequest>,
+        request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        self.node
+            .authorize(&Caller::of(&request), &[Need::Admin])
+            .await?;
         let applied = self.node.applied().read().sm.applied_index();
         self.node
             .snapshot_now(applied)

@@ -6,6 +6,7 @@
 //! every refusal to the gRPC status etcd would send, with etcd's message (see
 //! [`crate::error`]).
 
+mod auth;
 mod cluster;
 pub mod convert;
 mod election;
@@ -17,6 +18,7 @@ mod queue;
 mod session;
 mod watch;
 
+pub use auth::AuthService;
 pub use cluster::ClusterService;
 pub use election::ElectionService;
 pub use kv::KvService;

@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use oncekv_core::{Command, Response as CoreResponse, Secret};
+use oncekv_core::{AuthError, Command, Response as CoreResponse, Secret};
 use rand::RngCore;
 use tonic::{Request, Response, Status};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::pb::oncekv as pb;
 use crate::pb::oncekv::session_server::Session;
@@ -56,9 +57,18 @@ impl Session for SessionService {
         crate::runtime::RaftRng.fill_bytes(&mut secret);
         // With a nonce a live session already has, the state machine answers with that
         // session (this secret is then unused): a retried registration opens nothing new.
-        let command = Command::RegisterClient {
-            secret: Secret(secret),
-            nonce,
+        // With auth on, the session belongs to the registering user: no one else may send
+        // requests under it (see `NodeCore::check_session_owner`).
+        let command = match self.node.caller_user(&Caller::of(&request)).await? {
+            Some(owner) => Command::RegisterOwned {
+                secret: Secret(secret),
+                nonce,
+                owner,
+            },
+            None => Command::RegisterClient {
+                secret: Secret(secret),
+                nonce,
+            },
         };
         match self.node.propose(command).await.map_err(ApiError::from)? {
             CoreResponse::Registered {
@@ -75,6 +85,8 @@ impl Session for SessionService {
                     window: settings.window,
                 }))
             }
+            // A retried registration naming another user's session.
+            CoreResponse::Rejected => Err(ApiError::from(AuthError::PermissionDenied).into()),
             other => Err(ApiError::Internal(format!("{other:?}")).into()),
         }
     }
@@ -83,7 +95,11 @@ impl Session for SessionService {
         &self,
         request: Request<pb::SessionKeepAliveRequest>,
     ) -> Result<Response<pb::SessionKeepAliveResponse>, Status> {
+        let caller = Caller::of(&request);
         let r = request.into_inner();
+        if let Some(user) = self.node.caller_user(&caller).await? {
+            self.node.check_session_owner(&user, r.client_id)?;
+        }
         let secret = secret_from_bytes(&r.secret)?;
         let revision = self
             .session_command(Command::KeepAlive {
@@ -100,7 +116,11 @@ impl Session for SessionService {
         &self,
         request: Request<pb::SessionCloseRequest>,
     ) -> Result<Response<pb::SessionCloseResponse>, Status> {
+        let caller = Caller::of(&request);
         let r = request.into_inner();
+        if let Some(user) = self.node.caller_user(&caller).await? {
+            self.node.check_session_owner(&user, r.client_id)?;
+        }
         let secret = secret_from_bytes(&r.secret)?;
         let revision = self
             .session_command(Command::CloseSession {

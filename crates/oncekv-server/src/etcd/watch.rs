@@ -59,6 +59,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
+use crate::auth::{Caller, Need};
 use crate::error::{ApiError, ProposeError};
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::watch_create_request::FilterType;
@@ -120,28 +121,33 @@ impl Watch for WatchService {
         if require_leader && self.node.leader().is_none() {
             return Err(ApiError::from(ProposeError::NoLeader).into());
         }
+        let caller = Caller::of(&request);
         Ok(Response::new(Box::pin(serve_stream(
             self.node.clone(),
             self.stop.clone(),
             request.into_inner(),
             require_leader,
+            caller,
         ))))
     }
 }
 
 /// Serves one watch stream whose requests come from `requests` (a gRPC stream, or the
 /// JSON gateway's single create request): the responses, until the receiver is dropped.
+/// Every watcher `caller` creates needs read permission on its range (with auth on).
 pub fn serve_stream<S>(
     node: Arc<NodeCore>,
     stop: watch::Receiver<bool>,
     requests: S,
     require_leader: bool,
+    caller: Caller,
 ) -> ReceiverStream<Result<pb::WatchResponse, Status>>
 where
     S: futures::Stream<Item = Result<pb::WatchRequest, Status>> + Unpin + Send + 'static,
 {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    let task = StreamTask::new(node, tx, stop);
+    let mut task = StreamTask::new(node, tx, stop);
+    task.caller = caller;
     tokio::spawn(task.run(requests, require_leader));
     ReceiverStream::new(rx)
 }
@@ -220,6 +226,8 @@ struct Ended;
 #[derive(Debug)]
 struct StreamTask {
     node: Arc<NodeCore>,
+    /// Who opened the stream (checked at every create, with auth on).
+    caller: Caller,
     tx: mpsc::Sender<Result<pb::WatchResponse, Status>>,
     stop: watch::Receiver<bool>,
     watchers: Watchers,
@@ -244,6 +252,7 @@ impl StreamTask {
             node.config().max_request_bytes + crate::services::GRPC_OVERHEAD_BYTES;
         StreamTask {
             node,
+            caller: Caller::default(),
             tx,
             stop,
             watchers: Watchers::default(),
@@ -357,7 +366,17 @@ impl StreamTask {
             c.key
         };
         let empty = !c.range_end.is_empty() && c.range_end[..] != [0] && key >= c.range_end;
-        let id = if empty {
+        let denied = match self
+            .node
+            .authorize(&self.caller, &[Need::Read(&key, &c.range_end)])
+            .await
+        {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        let id = if let Some(reason) = &denied {
+            Err(reason.as_str())
+        } else if empty {
             Err(EMPTY_RANGE)
         } else {
             self.watchers.assign_id(c.watch_id).ok_or(DUPLICATE_ID)
