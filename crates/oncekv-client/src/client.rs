@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::transport::Channel;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tonic::{Request, Status};
 
 use crate::config::ClientConfig;
@@ -67,6 +67,10 @@ pub struct ClientStats {
     /// ([`ClientConfig::hedge_writes`]).
     pub hedges: u64,
 }
+
+/// etcd's messages for a token that no longer works.
+const INVALID_TOKEN: &str = "etcdserver: invalid auth token";
+const OLD_AUTH_REVISION: &str = "etcdserver: revision of auth store is old";
 
 /// Whether a call changes state (and so is tracked and may end in `OutcomeUnknown`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,8 +250,21 @@ impl Client {
         let transport = &self.inner.transport;
         counters.requests.fetch_add(1, Ordering::Relaxed);
         transport.discover_once().await;
+        if self.inner.config.credentials.is_some() && !transport.has_token() {
+            self.authenticate().await?;
+        }
+        // A token goes stale when any user or role changes: authenticate again, once per
+        // call, and resend (the server refused before running anything).
+        let mut reauthenticated = false;
         let mut budget = Budget::new(&self.inner.config);
-        let mut tracked = self.begin(kind).await?;
+        let mut tracked = match self.begin(kind).await {
+            Err(e) if self.stale_token(&e) => {
+                reauthenticated = true;
+                self.authenticate().await?;
+                self.begin(kind).await?
+            }
+            other => other?,
+        };
         // Whether an attempt under the current (client_id, seq) may have reached a server.
         let mut maybe_sent = false;
         loop {
@@ -338,6 +355,10 @@ impl Client {
             // it under a new session could apply it twice.
             maybe_sent |= hedged.load(Ordering::Relaxed);
             match failure {
+                Failure::Answer(e) if !reauthenticated && self.stale_token(&e) => {
+                    reauthenticated = true;
+                    self.authenticate().await?;
+                }
                 Failure::Answer(e) => return Err(e),
                 Failure::SessionExpired(message) => {
                     let Some(t) = tracked.take() else {
@@ -391,6 +412,52 @@ impl Client {
                     transport.find_leader().await;
                 }
             }
+        }
+    }
+
+    /// Whether `e` says the token is no longer good (and the client can get another).
+    fn stale_token(&self, e: &Error) -> bool {
+        self.inner.config.credentials.is_some()
+            && matches!(e, Error::Auth(m) if m == INVALID_TOKEN || m == OLD_AUTH_REVISION)
+    }
+
+    /// etcd's Authenticate with the configured credentials, trying each endpoint in turn;
+    /// the token then goes with every request.
+    pub(crate) async fn authenticate(&self) -> Result<(), Error> {
+        use oncekv_proto::etcdserverpb::AuthenticateRequest;
+        use oncekv_proto::etcdserverpb::auth_client::AuthClient;
+        let Some(credentials) = &self.inner.config.credentials else {
+            return Ok(());
+        };
+        let transport = &self.inner.transport;
+        let mut budget = Budget::new(&self.inner.config);
+        loop {
+            let i = transport.current();
+            let timeout = budget.start_attempt();
+            let mut request = Request::new(AuthenticateRequest {
+                name: credentials.user.clone(),
+                password: credentials.password.clone(),
+            });
+            request.set_timeout(timeout);
+            let mut auth = AuthClient::new(transport.channel(i));
+            let sent = auth.authenticate(request);
+            let error = match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(resp)) => return transport.set_token(Some(&resp.into_inner().token)),
+                Ok(Err(status)) => match classify(&status, transport.url(i)) {
+                    Failure::Retry { error, .. } => error,
+                    Failure::Answer(e) => return Err(e),
+                    Failure::SessionExpired(m) => return Err(Error::Auth(m)),
+                },
+                Err(_) => Error::Timeout {
+                    endpoint: transport.url(i).to_string(),
+                    after: timeout,
+                },
+            };
+            transport.failed(i);
+            let Some(delay) = budget.next_delay() else {
+                return Err(error);
+            };
+            tokio::time::sleep(delay).await;
         }
     }
 

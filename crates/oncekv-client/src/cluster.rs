@@ -1,5 +1,6 @@
 //! Cluster membership and per-member status.
 
+use crate::transport::Channel;
 use oncekv_proto::etcdserverpb::cluster_client::ClusterClient;
 use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::etcdserverpb::{
@@ -7,7 +8,6 @@ use oncekv_proto::etcdserverpb::{
     MemberUpdateRequest, SnapshotRequest, StatusRequest,
 };
 use tonic::Request;
-use tonic::transport::Channel;
 
 use crate::client::{Client, Kind};
 use crate::error::{Error, Failure, classify};

@@ -64,6 +64,26 @@ pub struct ClientConfig {
     /// plaintext, except to `https://` endpoints, which are checked against the system's
     /// CA bundle.
     pub tls: Option<oncekv_proto::tls::ClientTlsOptions>,
+    /// A user and password for clusters with auth on (etcdctl's `--user`): the client
+    /// authenticates before its first request, sends the token with every request, and
+    /// authenticates again when the cluster says the token went stale. The session it
+    /// registers belongs to this user.
+    pub credentials: Option<Credentials>,
+}
+
+/// A user name and password. `Debug` does not print the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ClientConfig {
@@ -82,6 +102,7 @@ impl Default for ClientConfig {
             hedge_after_min: Duration::from_millis(20),
             exactly_once: true,
             tls: None,
+            credentials: None,
         }
     }
 }

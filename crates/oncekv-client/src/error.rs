@@ -66,9 +66,15 @@ pub enum Error {
     /// Too many requests of the session are outstanding. An answer.
     #[error("{0}")]
     WindowExceeded(String),
-    /// The session secret did not match. An answer.
+    /// The session secret did not match, or (auth on) the user may not do this or use
+    /// this session. An answer.
     #[error("{0}")]
     PermissionDenied(String),
+    /// An auth refusal with etcd's message: no or wrong credentials, auth not enabled, a
+    /// missing user or role, a stale token (the client re-authenticates on its own when
+    /// it has credentials). An answer.
+    #[error("{0}")]
+    Auth(String),
     /// The request's sequence number already answered a *different* request. An answer
     /// (it points at a client bug; the other request's reply is never revealed).
     #[error("{0}")]
@@ -134,6 +140,7 @@ impl Error {
                 | Error::Stale(_)
                 | Error::WindowExceeded(_)
                 | Error::PermissionDenied(_)
+                | Error::Auth(_)
                 | Error::SeqReused(_)
                 | Error::SessionExpired(_)
                 | Error::Compacted { .. }
@@ -211,6 +218,7 @@ pub(crate) fn classify(status: &Status, endpoint: &str) -> Failure {
                 ErrorDetail::Stale => Error::Stale(message),
                 ErrorDetail::WindowExceeded => Error::WindowExceeded(message),
                 ErrorDetail::PermissionDenied => Error::PermissionDenied(message),
+                ErrorDetail::Auth => Error::Auth(message),
                 ErrorDetail::SeqReused => Error::SeqReused(message),
                 ErrorDetail::LeaseNotFound => Error::LeaseNotFound,
                 ErrorDetail::LeaseAlreadyExists => Error::LeaseAlreadyExists,
@@ -379,6 +387,7 @@ mod tests {
                 Failure::Answer(Error::Stale(_)) => "Stale",
                 Failure::Answer(Error::WindowExceeded(_)) => "WindowExceeded",
                 Failure::Answer(Error::PermissionDenied(_)) => "PermissionDenied",
+                Failure::Answer(Error::Auth(_)) => "Auth",
                 Failure::Answer(Error::SeqReused(_)) => "SeqReused",
                 Failure::Answer(Error::Internal(_)) => "Internal",
                 Failure::Answer(other) => panic!("unexpected {other:?}"),

@@ -107,7 +107,7 @@ mod transport;
 mod watch;
 
 pub use client::{Client, ClientStats};
-pub use config::ClientConfig;
+pub use config::{ClientConfig, Credentials};
 pub use election::{Election, Leadership, Observer};
 pub use error::Error;
 pub use lock::{LockGuard, LockOptions};

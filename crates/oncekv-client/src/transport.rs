@@ -7,7 +7,7 @@
 //! just one hop slower.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use oncekv_proto::etcdserverpb::StatusRequest;
@@ -15,7 +15,8 @@ use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::net::Connector;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::codegen::{Service, http};
+use tonic::transport::Endpoint;
 
 use crate::config::ClientConfig;
 use crate::error::Error;
@@ -46,6 +47,43 @@ pub(crate) struct Transport {
     last_discovery: tokio::sync::Mutex<Option<Instant>>,
     /// How channels connect: tokio TCP when `None` (a simulation passes its network's).
     connector: Option<Connector>,
+    token: TokenSlot,
+}
+
+/// The auth token every channel of a client sends, once it has one.
+pub(crate) type TokenSlot = Arc<std::sync::RwLock<Option<http::HeaderValue>>>;
+
+/// A channel to one endpoint that puts the client's auth token, when it has one, on
+/// every request (etcd's `token` metadata): every call, watch and keep-alive carries it
+/// without each building its own metadata.
+#[derive(Debug, Clone)]
+pub struct Channel {
+    inner: tonic::transport::Channel,
+    token: TokenSlot,
+}
+
+type HttpRequest = http::Request<tonic::body::Body>;
+
+impl Service<HttpRequest> for Channel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = <tonic::transport::Channel as Service<HttpRequest>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        Service::<HttpRequest>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, mut request: HttpRequest) -> Self::Future {
+        let token = self.token.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(token) = token.as_ref() {
+            request.headers_mut().insert("token", token.clone());
+        }
+        drop(token);
+        self.inner.call(request)
+    }
 }
 
 /// `127.0.0.1:2379` → `http://127.0.0.1:2379`; URLs with a scheme are kept.
@@ -130,6 +168,7 @@ impl Transport {
             discovered: AtomicBool::new(false),
             last_discovery: tokio::sync::Mutex::new(None),
             connector,
+            token: TokenSlot::default(),
         })
     }
 
@@ -184,10 +223,35 @@ impl Transport {
 
     /// A channel to `endpoint` connecting as this transport's do (TLS included).
     pub(crate) fn open_endpoint(&self, endpoint: &Endpoint) -> Channel {
-        match &self.connector {
+        let inner = match &self.connector {
             Some(c) => c.channel(endpoint),
             None => endpoint.connect_lazy(),
+        };
+        Channel {
+            inner,
+            token: self.token.clone(),
         }
+    }
+
+    /// Whether the client holds an auth token.
+    pub(crate) fn has_token(&self) -> bool {
+        self.token
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// Sends `token` with every request from now on (`None`: no token).
+    pub(crate) fn set_token(&self, token: Option<&str>) -> Result<(), Error> {
+        let value = token
+            .map(|t| {
+                http::HeaderValue::from_str(t).map_err(|_| {
+                    Error::Auth("oncekv client: the server sent an unusable token".into())
+                })
+            })
+            .transpose()?;
+        *self.token.write().unwrap_or_else(PoisonError::into_inner) = value;
+        Ok(())
     }
 
     /// A request to endpoint `i` failed retryably: move on to the next one (unless a

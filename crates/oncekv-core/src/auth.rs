@@ -480,6 +480,60 @@ mod tests {
     }
 
     #[test]
+    fn session_owners_survive_snapshots_and_guard_retried_registrations() {
+        use crate::{Command, LogPayload, Response, Secret, StateMachine};
+        let apply = |sm: &mut StateMachine, index: u64, command: Command| {
+            sm.apply(
+                index,
+                &LogPayload {
+                    cluster_time: 1_000 + index,
+                    commands: vec![command],
+                },
+            )
+            .remove(0)
+        };
+        let secret = Secret::from_u128(9);
+        let register = |owner: &str| Command::RegisterOwned {
+            secret,
+            nonce: 5,
+            owner: owner.into(),
+        };
+        let mut sm = StateMachine::default();
+        assert_eq!(
+            apply(
+                &mut sm,
+                1,
+                Command::Auth(AuthCommand::RoleAdd { name: "r".into() })
+            ),
+            Response::Auth(Ok(()))
+        );
+        assert!(matches!(
+            apply(&mut sm, 2, register("alice")),
+            Response::Registered { client_id: 2, .. }
+        ));
+        assert_eq!(sm.session_owner(2), Some("alice"));
+        // The nonce retried by another user obtains nothing; by its owner, the session.
+        assert_eq!(apply(&mut sm, 3, register("bob")), Response::Rejected);
+        assert!(matches!(
+            apply(&mut sm, 4, register("alice")),
+            Response::Registered { client_id: 2, .. }
+        ));
+        let restored = StateMachine::restore(&sm.snapshot().unwrap()).unwrap();
+        assert_eq!(restored.session_owner(2), Some("alice"));
+        assert_eq!(restored.auth(), sm.auth());
+        assert_eq!(restored.auth().revision(), 1);
+        apply(
+            &mut sm,
+            5,
+            Command::CloseSession {
+                client_id: 2,
+                secret,
+            },
+        );
+        assert_eq!(sm.session_owner(2), None);
+    }
+
+    #[test]
     fn deleting_a_role_takes_it_from_its_users() {
         let mut a = store();
         a.apply(&AuthCommand::RoleDelete { name: "app".into() })

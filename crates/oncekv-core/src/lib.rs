@@ -57,6 +57,7 @@ pub mod tracker;
 pub mod txn;
 pub mod waiting_list;
 
+pub use auth::{Access, AuthCommand, AuthError, AuthStore, PermKind, Permission};
 pub use command::{
     AlarmKind, CONCURRENCY_TTL_SECS, Command, Compare, CompareResult, CompareTarget,
     DeleteRangeRequest, DeleteRangeResponse, EnqueueRequest, Enqueued, KeyRange, KeyValue,
@@ -64,7 +65,6 @@ pub use command::{
     RangeResponse, RequestOp, Response, ResponseOp, Settings, SortOrder, SortTarget, Tracked,
     TxnRequest, TxnResponse, prefix_end, queue_key,
 };
-pub use auth::{Access, AuthCommand, AuthError, AuthStore, PermKind, Permission};
 pub use history::{Event, EventBatch, EventKind, ReadLimit};
 pub use session::{SavedReply, Secret, SessionError, SessionTable};
 pub use snapshot::SnapshotError;

@@ -115,17 +115,31 @@ fn alarms_survive_a_snapshot() {
     assert_eq!(restored.snapshot().expect("encodes"), r.snapshot());
 }
 
-// An image written before alarms existed (version 3: the same image without the alarms
-// that end version 4) restores, with no alarm raised.
+// Images written before alarms existed (version 3: the same image without the alarms
+// that end version 4) and before auth existed (version 4: without the auth store and
+// session owners that end version 5) restore, with no alarm raised and auth off.
 #[test]
-fn a_version_3_image_restores_without_alarms() {
+fn version_3_and_4_images_restore() {
     let mut r = Replica::new(Settings::default());
     r.ok(Op::put("a", "1"));
-    let mut v3 = r.snapshot();
-    assert_eq!(&v3[..4], b"OKV4");
+    let mut image = r.snapshot();
+    assert_eq!(&image[..4], b"OKV5");
+    let auth_tail = postcard::to_allocvec(&(
+        oncekv_core::AuthStore::default(),
+        Vec::<(u64, String)>::new(),
+    ))
+    .expect("encodes");
+    assert!(image.ends_with(&auth_tail));
+    image.truncate(image.len() - auth_tail.len());
+    let mut v4 = image;
+    v4[..4].copy_from_slice(b"OKV4");
+    let restored = StateMachine::restore(&v4).expect("a version 4 image restores");
+    assert!(!restored.auth().enabled());
+    assert_eq!(restored.snapshot().expect("encodes"), r.snapshot());
+    let mut v3 = v4;
     assert_eq!(v3.pop(), Some(0), "an empty alarm list is one byte");
     v3[..4].copy_from_slice(b"OKV3");
-    let restored = StateMachine::restore(&v3).expect("restores");
+    let restored = StateMachine::restore(&v3).expect("a version 3 image restores");
     assert_eq!(restored.alarms().count(), 0);
     assert_eq!(restored.snapshot().expect("encodes"), r.snapshot());
 }

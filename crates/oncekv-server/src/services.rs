@@ -11,8 +11,8 @@ use tonic::transport::server::Connected;
 use tonic::{Request, Response, Status};
 
 use crate::etcd::{
-    AuthService, ClusterService, ElectionService, KvService, LeaseService, LockService, MaintenanceService,
-    SessionService, WatchService,
+    AuthService, ClusterService, ElectionService, KvService, LeaseService, LockService,
+    MaintenanceService, SessionService, WatchService,
 };
 use crate::forwarder::Forwarded;
 use crate::http::GrpcMetricsLayer;

@@ -379,7 +379,9 @@ impl Auth for AuthService {
             },
         };
         let header = self.change(&request, command, None).await?;
-        Ok(Response::new(pb::AuthRoleGrantPermissionResponse { header }))
+        Ok(Response::new(pb::AuthRoleGrantPermissionResponse {
+            header,
+        }))
     }
 
     async fn role_revoke_permission(
@@ -393,6 +395,8 @@ impl Auth for AuthService {
             range_end: r.range_end.clone(),
         };
         let header = self.change(&request, command, None).await?;
-        Ok(Response::new(pb::AuthRoleRevokePermissionResponse { header }))
+        Ok(Response::new(pb::AuthRoleRevokePermissionResponse {
+            header,
+        }))
     }
 }

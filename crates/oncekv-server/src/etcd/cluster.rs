@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::membership::{Changed, MemberChange, MemberInfo, members_of};
 use crate::auth::{Caller, Need};
+use crate::membership::{Changed, MemberChange, MemberInfo, members_of};
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
 use crate::request_path::NodeCore;

@@ -23,8 +23,8 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use super::queue;
 use super::lock::authorize_queue;
+use super::queue;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::pb::v3electionpb as pb;

@@ -8,8 +8,8 @@ use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::error::ApiError;
 use crate::auth::{Caller, Need};
+use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
 use crate::request_path::NodeCore;

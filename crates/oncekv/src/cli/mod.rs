@@ -152,6 +152,12 @@ pub struct GlobalArgs {
         long = "insecure-skip-tls-verify"
     )]
     insecure_skip_tls_verify: bool,
+    /// User for a cluster with auth on, as NAME:PASSWORD (or NAME with --password)
+    #[arg(id = "global_user", long = "user", value_name = "NAME[:PASSWORD]")]
+    user: Option<String>,
+    /// Password of --user
+    #[arg(id = "global_password", long = "password", value_name = "PASSWORD")]
+    password: Option<String>,
 }
 
 /// The same options, given after the command (`oncekv get k -w json`, as etcdctl
@@ -194,6 +200,22 @@ pub struct ClientFlags {
         global = true
     )]
     insecure_skip_tls_verify: bool,
+    /// User for a cluster with auth on, as NAME:PASSWORD (or NAME with --password)
+    #[arg(
+        id = "auth_user",
+        long = "user",
+        global = true,
+        value_name = "NAME[:PASSWORD]"
+    )]
+    user: Option<String>,
+    /// Password of --user
+    #[arg(
+        id = "auth_password",
+        long = "password",
+        global = true,
+        value_name = "PASSWORD"
+    )]
+    password: Option<String>,
 }
 
 /// The options a command runs with, after merging both places and the defaults.
@@ -208,6 +230,28 @@ pub(crate) struct Options {
     /// TLS to the endpoints (given any of --cacert, --cert, --key,
     /// --insecure-skip-tls-verify).
     pub tls: Option<oncekv_client::ClientTlsOptions>,
+    /// --user and --password.
+    pub credentials: Option<oncekv_client::Credentials>,
+}
+
+/// etcdctl's `--user NAME:PASSWORD`, or `--user NAME --password PASSWORD`.
+fn credentials(
+    user: Option<&String>,
+    password: Option<&String>,
+) -> Option<oncekv_client::Credentials> {
+    let user = user?;
+    let (user, inline) = match user.split_once(':') {
+        Some((name, pw)) => (name, Some(pw)),
+        None => (user.as_str(), None),
+    };
+    Some(oncekv_client::Credentials {
+        user: user.to_string(),
+        password: password
+            .map(String::as_str)
+            .or(inline)
+            .unwrap_or_default()
+            .to_string(),
+    })
 }
 
 impl Options {
@@ -245,6 +289,10 @@ impl Options {
                 };
                 (options != oncekv_client::ClientTlsOptions::default()).then_some(options)
             },
+            credentials: credentials(
+                flags.user.as_ref().or(global.user.as_ref()),
+                flags.password.as_ref().or(global.password.as_ref()),
+            ),
         }
     }
 
@@ -257,6 +305,7 @@ impl Options {
             max_retry_time: self.command_timeout,
             hedge_writes: self.hedge_writes,
             tls: self.tls.clone(),
+            credentials: self.credentials.clone(),
             ..ClientConfig::default()
         };
         Client::connect(&self.endpoints, config).map_err(CliError::from)
