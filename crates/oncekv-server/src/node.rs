@@ -47,13 +47,14 @@ impl Node {
     /// Opens the data directory, starts raft and the servers, and forms the cluster if this
     /// is the first start. Returns once the ports are listening.
     pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
-        let client_listener = TcpListener::bind(config.client_addr)
-            .await
-            .map_err(|source| StartError::Listen {
-                addr: config.client_addr,
-                source,
-            })?;
-        let peer_listener = TcpListener::bind(config.peer_addr)
+        let client_listener =
+            crate::services::bind(config.client_addr)
+                .await
+                .map_err(|source| StartError::Listen {
+                    addr: config.client_addr,
+                    source,
+                })?;
+        let peer_listener = crate::services::bind(config.peer_addr)
             .await
             .map_err(|source| StartError::Listen {
                 addr: config.peer_addr,

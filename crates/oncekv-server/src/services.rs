@@ -34,6 +34,25 @@ use crate::request_path::NodeCore;
 /// the two gets etcd's "request is too large" rather than a transport error.
 pub(crate) const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
+/// How many connections the kernel queues for a port before `accept`: etcd's (Go's)
+/// figure. std's 128 overflows when many clients (re)connect at once (after a failover,
+/// or at a start), and every overflow costs the client a SYN retry a second later. The
+/// kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, so that a restarted
+/// member gets its port back while old connections linger in TIME_WAIT).
+pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Accepted connections with Nagle's algorithm off: tonic's own `tcp_nodelay` applies only
 /// to listeners it binds itself, and a small response held back for a delayed ACK costs
 /// tens of milliseconds per request.

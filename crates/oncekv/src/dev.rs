@@ -140,7 +140,7 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
     for (name, c, p) in &layout {
         let bind = |port: u16| async move {
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            tokio::net::TcpListener::bind(addr)
+            oncekv_server::services::bind(addr)
                 .await
                 .map_err(|e| format!("member {name}: listening on {addr}: {e}"))
         };

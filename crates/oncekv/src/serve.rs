@@ -373,7 +373,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .filter(|u| !u.trim().is_empty())
     {
         let addr = parse_url(url.trim())?;
-        let listener = tokio::net::TcpListener::bind(addr)
+        let listener = oncekv_server::services::bind(addr)
             .await
             .map_err(|e| format!("listening on {addr} (--listen-metrics-urls): {e}"))?;
         metrics_listeners.push(listener);

@@ -10,20 +10,9 @@ mod common;
 
 use std::io::Write;
 
-use common::{etcdctl_put, serve_single, wait_serving};
+use common::{etcdctl_put, rss, serve_single, wait_serving};
 use oncekv_proto::oncekv::RaftRequest;
 use oncekv_proto::oncekv::raft_client::RaftClient;
-
-/// Resident memory of process `pid`, in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_are_refused_before_their_messages_are_read() {

@@ -167,9 +167,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for SchemeTolerant<S> {
                 this.ready = Vec::new();
                 continue;
             }
+            if filter.chunk.is_empty() {
+                filter.chunk = vec![0; READ_CHUNK];
+            }
             let mut chunk = ReadBuf::new(&mut filter.chunk);
             match Pin::new(&mut this.inner).poll_read(cx, &mut chunk) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // Nothing to read: a connection idle here (one that opened without a
+                    // request yet) holds no read buffer; the next read makes one.
+                    filter.chunk = Vec::new();
+                    return Poll::Pending;
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(())) => {}
             }
@@ -263,7 +271,7 @@ struct Filter {
     input: Vec<u8>,
     block: Option<Block>,
     decoder: HpackDecoder,
-    /// Where reads from the connection land.
+    /// Where reads from the connection land (empty while the connection waits).
     chunk: Vec<u8>,
 }
 
@@ -276,7 +284,7 @@ impl Filter {
             input: Vec::new(),
             block: None,
             decoder: HpackDecoder::new(),
-            chunk: vec![0; READ_CHUNK],
+            chunk: Vec::new(),
         }
     }
 

@@ -131,3 +131,14 @@ pub fn serve_single(dir: &std::path::Path, extra: &[&str]) -> (Members, (u16, u1
     );
     (Members(vec![member]), ports)
 }
+
+/// Resident memory of process `pid`, in bytes.
+pub fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
