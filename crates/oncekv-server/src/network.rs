@@ -29,9 +29,20 @@ use crate::transport::Connector;
 use crate::transport::{Duplicator, MessageKind};
 use crate::types::{Member, NodeId, TypeConfig};
 
-/// Largest peer message accepted or sent: an append of a batch of large values, or a
-/// snapshot chunk.
-pub const MAX_PEER_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+/// A snapshot is sent in chunks of this size (openraft's `snapshot_max_chunk_size`).
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
+
+/// The largest peer message a member sends or accepts: room for the largest entry the
+/// proposer makes (a batch of up to `BatchLimits::max_bytes`, plus the one request that
+/// may take it past that), and more than a snapshot chunk. The peer port refuses anything
+/// larger before buffering it, so a sender that names this cluster but is no member costs
+/// at most this much per request; appends of many entries are split to fit (see
+/// [`PeerClient`]'s `append_entries`).
+pub fn peer_message_limit(config: &crate::config::NodeConfig) -> usize {
+    let largest_entry =
+        config.batch.max_bytes + config.max_request_bytes + crate::services::GRPC_OVERHEAD_BYTES;
+    (largest_entry + (1 << 20)).max(2 * SNAPSHOT_CHUNK_BYTES as usize)
+}
 
 /// Request metadata naming the sender's cluster and member (hex), checked by the
 /// receiver's [`PeerGate`](crate::peer_gate::PeerGate) before it reads the body.
@@ -46,6 +57,8 @@ pub struct PeerChannels {
     /// peers first, as an outsider).
     identity: Arc<std::sync::OnceLock<(u64, u64)>>,
     connect_timeout: Duration,
+    /// [`peer_message_limit`]: the largest message sent or received.
+    max_message: usize,
     /// How channels connect: tokio TCP when `None`, else this (a simulation's network).
     connector: Option<Connector>,
     /// Messages the network delivers twice (a simulation's network only).
@@ -54,11 +67,12 @@ pub struct PeerChannels {
 }
 
 impl PeerChannels {
-    pub fn new(connect_timeout: Duration) -> PeerChannels {
+    pub fn new(connect_timeout: Duration, max_message: usize) -> PeerChannels {
         PeerChannels {
             channels: Arc::default(),
             identity: Arc::default(),
             connect_timeout,
+            max_message,
             connector: None,
             #[cfg(feature = "sim")]
             duplicator: None,
@@ -136,8 +150,8 @@ impl PeerChannels {
 
     pub fn raft_client(&self, url: &str) -> Result<RaftClient<Channel>, String> {
         Ok(RaftClient::new(self.channel(url)?)
-            .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES))
+            .max_decoding_message_size(self.max_message)
+            .max_encoding_message_size(self.max_message))
     }
 }
 
@@ -264,7 +278,60 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
-        self.call(Method::Append, &rpc, option.hard_ttl()).await
+        // The common case, one entry (or a heartbeat), goes as it is.
+        if rpc.entries.len() <= 1 {
+            return self.call(Method::Append, &rpc, option.hard_ttl()).await;
+        }
+        // Several entries (a follower catching up) may add up to more than a peer accepts:
+        // send them as consecutive appends, each a valid AppendEntries on its own (the
+        // previous one's last entry is the next one's `prev_log_id`).
+        let budget = self.peers.max_message - (256 << 10);
+        let sizes: Vec<usize> = rpc
+            .entries
+            .iter()
+            .map(|e| postcard::to_allocvec(e).map_or(budget, |v| v.len()))
+            .collect();
+        if sizes.iter().sum::<usize>() <= budget {
+            return self.call(Method::Append, &rpc, option.hard_ttl()).await;
+        }
+        let AppendEntriesRequest {
+            vote,
+            mut prev_log_id,
+            leader_commit,
+            entries,
+        } = rpc;
+        let mut entries = entries.into_iter().zip(sizes).peekable();
+        while entries.peek().is_some() {
+            let mut part = Vec::new();
+            let mut bytes = 0;
+            while let Some((_, size)) = entries.peek() {
+                if !part.is_empty() && bytes + size > budget {
+                    break;
+                }
+                bytes += size;
+                part.extend(entries.next().map(|(e, _)| e));
+            }
+            let last = part.last().map(|e: &openraft::Entry<TypeConfig>| e.log_id);
+            // What this part may commit: no further than its own last entry.
+            let commit = match (leader_commit, last) {
+                (Some(c), Some(l)) if c.index > l.index => Some(l),
+                (c, _) => c,
+            };
+            let request = AppendEntriesRequest::<TypeConfig> {
+                vote,
+                prev_log_id,
+                leader_commit: commit,
+                entries: part,
+            };
+            match self
+                .call(Method::Append, &request, option.hard_ttl())
+                .await?
+            {
+                AppendEntriesResponse::Success => prev_log_id = last,
+                other => return Ok(other),
+            }
+        }
+        Ok(AppendEntriesResponse::Success)
     }
 
     async fn install_snapshot(

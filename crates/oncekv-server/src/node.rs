@@ -131,7 +131,10 @@ impl Node {
         if !config.initial_cluster.iter().any(|m| m.name == config.name) {
             return Err(StartError::NotAMember(config.name.clone()));
         }
-        let mut peers = PeerChannels::new(Duration::from_millis(config.heartbeat_ms.max(100) * 5));
+        let mut peers = PeerChannels::new(
+            Duration::from_millis(config.heartbeat_ms.max(100) * 5),
+            crate::network::peer_message_limit(&config),
+        );
         if let Some(c) = connector {
             peers = peers.with_connector(c);
         } else if let Some(files) = &config.peer_tls {
@@ -219,6 +222,7 @@ impl Node {
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
             max_in_snapshot_log_to_keep: 0,
             max_payload_entries: 64,
+            snapshot_max_chunk_size: crate::network::SNAPSHOT_CHUNK_BYTES,
             install_snapshot_timeout: 10_000,
             ..openraft::Config::default()
         }

@@ -29,7 +29,7 @@ use std::task::{Context, Poll};
 
 use http_body_util::Limited;
 
-use crate::network::{MAX_PEER_MESSAGE_BYTES, PEER_CLUSTER_KEY, PEER_MEMBER_KEY};
+use crate::network::{PEER_CLUSTER_KEY, PEER_MEMBER_KEY, peer_message_limit};
 use crate::request_path::NodeCore;
 
 /// The most an outsider's request body may hold: an `Identify` is a few hundred bytes.
@@ -129,7 +129,7 @@ where
                 MAX_OUTSIDER_BYTES
             }
             // A little over the largest message, for gRPC's framing.
-            Verdict::Member => MAX_PEER_MESSAGE_BYTES + 1024,
+            Verdict::Member => peer_message_limit(self.core.config()) + 1024,
         };
         let req = http::Request::from_parts(parts, Limited::new(body, limit));
         Box::pin(self.inner.call(req))

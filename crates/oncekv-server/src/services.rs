@@ -16,7 +16,6 @@ use crate::etcd::{
 };
 use crate::forwarder::Forwarded;
 use crate::http::GrpcMetricsLayer;
-use crate::network::MAX_PEER_MESSAGE_BYTES;
 use crate::pb::etcdserverpb::auth_server::AuthServer;
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
 use crate::pb::etcdserverpb::kv_server::KvServer;
@@ -157,9 +156,10 @@ where
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
     let gate_core = core.clone();
+    let limit = crate::network::peer_message_limit(core.config());
     let service = RaftServer::new(PeerService { core })
-        .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES);
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit);
     let (interval, timeout) = (
         gate_core.config().grpc_keepalive_interval,
         gate_core.config().grpc_keepalive_timeout,

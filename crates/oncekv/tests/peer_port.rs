@@ -1,9 +1,10 @@
 //! The peer port serves only members of its cluster: a stranger's raft messages are
 //! refused from their headers, before the body is read, so four concurrent 200 MiB
 //! garbage AppendEntries leave the member's memory where it was (before the gate, the
-//! same took a member from 27 MiB to 635 MiB); a sender of another cluster is refused
-//! with a reason; raw garbage on the port closes the connection; the member goes on
-//! serving.
+//! same took a member from 27 MiB to 635 MiB); a sender naming this cluster gets no
+//! message past the member's limit (a few MiB) read; a sender of another cluster is
+//! refused with a reason; raw garbage on the port closes the connection; the member goes
+//! on serving.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -11,8 +12,44 @@ mod common;
 use std::io::Write;
 
 use common::{etcdctl_put, rss, serve_single, wait_serving};
+use oncekv_proto::etcdserverpb::StatusRequest;
+use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::oncekv::RaftRequest;
 use oncekv_proto::oncekv::raft_client::RaftClient;
+
+/// Four concurrent AppendEntries of `payload` to `peer`, naming `cluster` (and member 1)
+/// if given.
+fn appends(
+    peer: &str,
+    payload: &bytes::Bytes,
+    cluster: Option<u64>,
+) -> Vec<
+    tokio::task::JoinHandle<
+        Result<tonic::Response<oncekv_proto::oncekv::RaftReply>, tonic::Status>,
+    >,
+> {
+    (0..4)
+        .map(|_| {
+            let (peer, payload) = (peer.to_string(), payload.clone());
+            tokio::spawn(async move {
+                let mut raft = RaftClient::connect(peer)
+                    .await
+                    .unwrap()
+                    .max_encoding_message_size(usize::MAX);
+                let mut request = tonic::Request::new(RaftRequest { payload });
+                if let Some(cluster) = cluster {
+                    let md = request.metadata_mut();
+                    md.insert(
+                        "oncekv-peer-cluster",
+                        format!("{cluster:x}").parse().unwrap(),
+                    );
+                    md.insert("oncekv-peer-member", "1".parse().unwrap());
+                }
+                raft.append_entries(request).await
+            })
+        })
+        .collect()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_are_refused_before_their_messages_are_read() {
@@ -25,18 +62,7 @@ async fn strangers_are_refused_before_their_messages_are_read() {
 
     let peer = format!("http://127.0.0.1:{}", ports.1);
     let garbage = bytes::Bytes::from(vec![0xa5u8; 200 << 20]);
-    let mut calls = Vec::new();
-    for _ in 0..4 {
-        let (peer, payload) = (peer.clone(), garbage.clone());
-        calls.push(tokio::spawn(async move {
-            let mut raft = RaftClient::connect(peer)
-                .await
-                .unwrap()
-                .max_encoding_message_size(usize::MAX);
-            raft.append_entries(RaftRequest { payload }).await
-        }));
-    }
-    for call in calls {
+    for call in appends(&peer, &garbage, None) {
         let status = call
             .await
             .unwrap()
@@ -60,6 +86,25 @@ async fn strangers_are_refused_before_their_messages_are_read() {
         .await
         .unwrap_err();
     assert_ne!(err.code(), tonic::Code::Ok);
+    // A sender naming this cluster (its id is no secret: every response header carries
+    // it) passes the gate, but no message past the member's limit (a few MiB) is read.
+    let cluster_id = MaintenanceClient::connect(format!("http://{client}"))
+        .await
+        .unwrap()
+        .status(StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .cluster_id;
+    for call in appends(&peer, &garbage, Some(cluster_id)) {
+        let status = call
+            .await
+            .unwrap()
+            .expect_err("an oversized append is refused");
+        assert_ne!(status.code(), tonic::Code::Ok);
+    }
     let after = rss(pid);
     assert!(
         after < before + (64 << 20),
