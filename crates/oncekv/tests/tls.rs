@@ -246,7 +246,7 @@ async fn three_members_speak_tls_on_both_ports() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_required_and_reloaded() {
     let dir = tempfile::tempdir().unwrap();
-    let first = DevPki::create(&dir.path().join("first"), &["root"]).unwrap();
+    let first = DevPki::create(&dir.path().join("first"), &["root", "alice"]).unwrap();
     let second = DevPki::create(&dir.path().join("second"), &["root"]).unwrap();
     // The member reads its files here; the test swaps their contents under it.
     let live = dir.path().join("live");
@@ -289,6 +289,31 @@ async fn client_certificates_are_required_and_reloaded() {
         ]
     };
     wait_put(&flags(&first), &client_url);
+
+    // With auth on, a certificate's common name is the user: "root" may do anything,
+    // "alice" (no such user) nothing, and no password is asked of either.
+    let run = |pki_flags: Vec<String>, args: &[&str]| {
+        let mut all = pki_flags;
+        all.push(format!("--endpoints={client_url}"));
+        all.extend(strings(args));
+        etcdctl(&all)
+    };
+    for args in [
+        &["user", "add", "root", "--no-password"][..],
+        &["user", "grant-role", "root", "root"],
+        &["auth", "enable"],
+    ] {
+        run(flags(&first), args).unwrap();
+    }
+    assert_eq!(run(flags(&first), &["put", "cn", "root"]).unwrap(), "OK\n");
+    let alice = vec![
+        format!("--cacert={}", path(&first.ca_file)),
+        format!("--cert={}", path(&first.clients[1].1)),
+        format!("--key={}", path(&first.clients[1].2)),
+    ];
+    let denied = run(alice, &["get", "cn"]).unwrap_err();
+    assert!(denied.contains("etcdserver: permission denied"), "{denied}");
+    run(flags(&first), &["auth", "disable"]).unwrap();
 
     // Without a client certificate: refused.
     let bare = etcdctl(&strings(&[
