@@ -44,6 +44,7 @@ pub mod node;
 pub mod pb;
 pub mod peer_gate;
 pub mod proposer;
+mod read_batch;
 pub mod request_path;
 pub mod runtime;
 pub mod services;

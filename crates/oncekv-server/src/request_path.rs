@@ -33,6 +33,7 @@ use crate::metrics::SharedMetrics;
 use crate::network::PeerChannels;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::proposer::Proposer;
+use crate::read_batch::ReadBatcher;
 use crate::sm_store::Applied;
 #[cfg(feature = "sim")]
 use crate::transport::MessageKind;
@@ -82,6 +83,59 @@ pub struct NodeCore {
     /// Set while this leader hands leadership over (MoveLeader): it proposes nothing.
     transferring: std::sync::atomic::AtomicBool,
     metrics: SharedMetrics,
+    /// Linearizable reads here: the leader's confirmation, or (on a follower) the
+    /// leader's answer, shared by the reads waiting at that moment.
+    reads: Arc<ReadBatcher>,
+    /// Read indexes asked of this member by followers: this member's own confirmation
+    /// only (a forwarded request is never forwarded again).
+    leader_reads: Arc<ReadBatcher>,
+}
+
+/// The leader's read index after it confirmed its leadership with a quorum (errors with
+/// `NotLeader` on a follower).
+async fn leader_read_index(raft: &Raft, timeout: Duration) -> Result<u64, ProposeError> {
+    use openraft::error::{CheckIsLeaderError, RaftError};
+    match tokio::time::timeout(timeout, raft.get_read_log_id()).await {
+        Err(_) => Err(ProposeError::Timeout),
+        Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
+        Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+            Err(ProposeError::NotLeader {
+                leader: f.leader_id,
+            })
+        }
+        Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+            Err(ProposeError::NoLeader)
+        }
+        Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
+    }
+}
+
+/// The two read batchers of member `id`: any read here, and followers' reads here.
+fn read_batchers(
+    raft: &Raft,
+    forwarder: &Forwarder,
+    id: NodeId,
+    timeout: Duration,
+) -> (Arc<ReadBatcher>, Arc<ReadBatcher>) {
+    let (r, f) = (raft.clone(), forwarder.clone());
+    let reads = ReadBatcher::new(Arc::new(move || {
+        let (raft, forwarder) = (r.clone(), f.clone());
+        Box::pin(async move {
+            match leader_read_index(&raft, timeout).await {
+                Err(ProposeError::NotLeader {
+                    leader: Some(leader),
+                }) if leader != id => forwarder.read_index(leader).await,
+                Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
+                other => other,
+            }
+        })
+    }));
+    let r = raft.clone();
+    let leader_reads = ReadBatcher::new(Arc::new(move || {
+        let raft = r.clone();
+        Box::pin(async move { leader_read_index(&raft, timeout).await })
+    }));
+    (reads, leader_reads)
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -122,7 +176,15 @@ impl NodeCore {
             config.batch,
             config.request_timeout,
         );
+        let (reads, leader_reads) = read_batchers(
+            &raft,
+            &forwarder,
+            identity.member_id,
+            config.request_timeout,
+        );
         NodeCore {
+            reads,
+            leader_reads,
             id: identity.member_id,
             cluster_id: identity.cluster_id,
             config,
@@ -415,37 +477,15 @@ impl NodeCore {
     /// Waits until this node has applied everything committed before the call: the
     /// read-index protocol (the leader confirms leadership with a quorum, then every read
     /// after this returns at least that state).
+    ///
+    /// The confirmation is shared by every read waiting for one (see
+    /// [`ReadBatcher`](crate::read_batch::ReadBatcher)); a follower asks the leader once
+    /// per batch.
     pub async fn read_index(&self) -> Result<(), ProposeError> {
-        let index = match self.local_read_index().await {
-            Ok(index) => index,
-            Err(ProposeError::NotLeader {
-                leader: Some(leader),
-            }) if leader != self.id => self.forwarder.read_index(leader).await?,
-            Err(ProposeError::NotLeader { leader: None }) => return Err(ProposeError::NoLeader),
-            Err(e) => return Err(e),
-        };
+        let index = self.reads.read_index().await?;
         // tokio's clock: the same as std's in production, simulated time in a simulation.
         let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
         Ok(self.applied.wait_applied(index, deadline).await?)
-    }
-
-    /// The leader's read index (errors with `NotLeader` on a follower).
-    async fn local_read_index(&self) -> Result<u64, ProposeError> {
-        use openraft::error::{CheckIsLeaderError, RaftError};
-        let fut = self.raft.get_read_log_id();
-        match tokio::time::timeout(self.config.request_timeout, fut).await {
-            Err(_) => Err(ProposeError::Timeout),
-            Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Err(ProposeError::NotLeader {
-                    leader: f.leader_id,
-                })
-            }
-            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
-                Err(ProposeError::NoLeader)
-            }
-            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
-        }
     }
 
     /// A Range on this node's applied state, after `read_index` unless `serializable`.
@@ -468,7 +508,7 @@ impl NodeCore {
     /// request is never forwarded again.
     pub(crate) async fn serve_forwarded(&self, req: Forwarded) -> ForwardedReply {
         match req {
-            Forwarded::ReadIndex => match self.local_read_index().await {
+            Forwarded::ReadIndex => match self.leader_reads.read_index().await {
                 Ok(index) => ForwardedReply::ReadIndex(index),
                 Err(e) => ForwardedReply::Error(e),
             },
