@@ -13,6 +13,8 @@
 # oncekv/etcd.
 #
 # Environment (defaults in brackets):
+#   WORKLOAD [put]: "put", or "range" (linearizable gets of the key space; CONSISTENCY=s
+#     for serializable ones)
 #   CLIENTS [64]  TOTAL [50000] puts per run  VALUE_SIZE [256]  KEY_SIZE [8]
 #   KEY_SPACE [100000]  CONNECTIONS [one per endpoint]  ROUNDS [2]
 #   MODES ["all"]: "all" sends to every member (followers forward to the leader, in
@@ -37,6 +39,8 @@ KEY_SIZE=${KEY_SIZE:-8}
 KEY_SPACE=${KEY_SPACE:-100000}
 CONNECTIONS=${CONNECTIONS:-}
 MODES=${MODES:-all}
+WORKLOAD=${WORKLOAD:-put}
+CONSISTENCY=${CONSISTENCY:-l}
 EXTRA=("$@")
 
 # bench SYSTEM ROUND: the put benchmark in every mode; $WORK/rROUND-SYSTEM-MODE.* hold the
@@ -45,12 +49,16 @@ bench() {
     local name=$1 round=$2 mode
     for mode in $MODES; do
         local flags=(--endpoints "$ENDPOINTS" --clients "$CLIENTS" --total "$TOTAL"
-            --value-size "$VALUE_SIZE" --key-size "$KEY_SIZE" --key-space "$KEY_SPACE"
-            --label "$name" -w json)
+            --key-size "$KEY_SIZE" --key-space "$KEY_SPACE" --label "$name" -w json)
+        case $WORKLOAD in
+            put) flags+=(--value-size "$VALUE_SIZE") ;;
+            range) flags+=(--consistency "$CONSISTENCY") ;;
+            *) echo "WORKLOAD must be put or range" >&2; exit 2 ;;
+        esac
         if [[ -n $CONNECTIONS ]]; then flags+=(--connections "$CONNECTIONS"); fi
         if [[ $mode == leader ]]; then flags+=(--leader-only); fi
-        log "$name ($mode): oncekv bench put ${flags[*]} ${EXTRA[*]}"
-        run_timed "$WORK/r$round-$name-$mode" "$BIN" bench put "${flags[@]}" "${EXTRA[@]}"
+        log "$name ($mode): oncekv bench $WORKLOAD ${flags[*]} ${EXTRA[*]}"
+        run_timed "$WORK/r$round-$name-$mode" "$BIN" bench "$WORKLOAD" "${flags[@]}" "${EXTRA[@]}"
     done
 }
 
@@ -71,14 +79,14 @@ line() {
 }
 
 setup_bench_cluster bench-vs-etcd
-log "$CLIENTS clients, $TOTAL puts per run, modes: $MODES"
+log "$WORKLOAD: $CLIENTS clients, $TOTAL requests per run, modes: $MODES"
 run_rounds
 
 echo
-echo "put: $CLIENTS clients, $TOTAL puts per run, ${KEY_SIZE}-byte keys over $KEY_SPACE keys," \
+echo "$WORKLOAD: $CLIENTS clients, $TOTAL requests per run, ${KEY_SIZE}-byte keys over $KEY_SPACE keys," \
     "${VALUE_SIZE}-byte values, 3 members each, fsync on, $(nproc) CPUs"
 echo "                                           | latency ms                           | cpu seconds          |"
-echo "  rnd system   mode        ok    secs  puts/s |    avg    p50    p90    p99     max | servers cores  client | load"
+echo "  rnd system   mode        ok    secs   ops/s |    avg    p50    p90    p99     max | servers cores  client | load"
 for round in $(seq "$ROUNDS"); do
     for mode in $MODES; do
         for system in $COMPARE oncekv; do
@@ -97,7 +105,7 @@ for mode in $MODES; do
                 ratios = ratios sprintf(" %.2f", (es > 0 && oo > 0) ? (oo / os) / (eo / es) : 0)
             }
             e_rate = e_s > 0 ? e_ok / e_s : 0; o_rate = o_s > 0 ? o_ok / o_s : 0
-            printf "  %s: %s %.0f puts/s, oncekv %.0f puts/s over all rounds; ratio oncekv/%s %.2f (per round:%s)\n",
+            printf "  %s: %s %.0f ops/s, oncekv %.0f ops/s over all rounds; ratio oncekv/%s %.2f (per round:%s)\n",
                 mode, other, e_rate, o_rate, other, (e_rate > 0 ? o_rate / e_rate : 0), ratios
         }'
 done
