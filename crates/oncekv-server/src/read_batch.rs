@@ -64,11 +64,20 @@ impl ReadBatcher {
     }
 
     async fn drive(self: Arc<Self>) {
+        // Should this task end abnormally (a panic, the runtime shutting down), the next
+        // read must start a round of its own rather than wait for this one forever.
+        let mut reset = Reset {
+            batcher: &self,
+            armed: true,
+        };
         loop {
             let batch = {
                 let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
                 if state.waiting.is_empty() {
                     state.running = false;
+                    // A read arriving from now on starts the next driver: this one's
+                    // reset must not touch it.
+                    reset.armed = false;
                     return;
                 }
                 std::mem::take(&mut state.waiting)
@@ -77,6 +86,30 @@ impl ReadBatcher {
             for waiter in batch {
                 let _ = waiter.send(result.clone());
             }
+        }
+    }
+}
+
+/// Marks the batcher idle and fails the reads still waiting, if the driver ends without
+/// having done so itself.
+struct Reset<'a> {
+    batcher: &'a ReadBatcher,
+    armed: bool,
+}
+
+impl Drop for Reset<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut state = self
+            .batcher
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.running = false;
+        for waiter in state.waiting.drain(..) {
+            let _ = waiter.send(Err(ProposeError::Stopped));
         }
     }
 }
@@ -138,5 +171,21 @@ mod tests {
         let late = batcher.read_index().await.unwrap();
         assert_eq!(early.await.unwrap(), 1);
         assert_eq!(late, 2, "the round out when it arrived started before it");
+    }
+
+    #[tokio::test]
+    async fn a_round_that_dies_leaves_the_batcher_usable() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let counter = calls.clone();
+        let batcher = ReadBatcher::new(Arc::new(move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                assert!(n > 0, "the first round dies");
+                Ok(n)
+            })
+        }));
+        assert_eq!(batcher.read_index().await, Err(ProposeError::Stopped));
+        let next = tokio::time::timeout(Duration::from_secs(5), batcher.read_index()).await;
+        assert_eq!(next, Ok(Ok(1)), "a later read starts a round of its own");
     }
 }
