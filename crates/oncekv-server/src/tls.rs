@@ -164,7 +164,16 @@ where
     let (done, ready) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
         let mut incoming = std::pin::pin!(incoming);
-        while let Some(conn) = incoming.next().await {
+        loop {
+            // Once the server stops reading connections, stop accepting: the listener
+            // (in `incoming`) is dropped with this task and the port freed.
+            let conn = tokio::select! {
+                conn = incoming.next() => match conn {
+                    Some(conn) => conn,
+                    None => return,
+                },
+                () = done.closed() => return,
+            };
             let io = match conn {
                 Ok(io) => io,
                 Err(e) => {
