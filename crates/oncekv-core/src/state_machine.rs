@@ -17,7 +17,7 @@ use crate::command::{
 use crate::history::{EventBatch, ReadLimit};
 use crate::kv::{KeySlot, KnownSlot, KvStore, PutEntry, Slot, Value, Write};
 use crate::lease::LeaseTable;
-use crate::session::{RequestId, SessionTable, Verdict};
+use crate::session::{RequestId, Secret, SessionTable, Verdict};
 use crate::txn::{compares_hold, validate_txn};
 
 /// Counters for metrics and reports. Not part of the replicated state (not in snapshots).
@@ -156,22 +156,7 @@ impl StateMachine {
         let now = self.cluster_time;
         match command {
             Command::RegisterClient { secret, nonce } => {
-                // A retry creates nothing, so it may sit anywhere in its entry.
-                if let Some((client_id, secret)) = self.sessions.retried_registration(*nonce, now) {
-                    Response::Registered {
-                        client_id,
-                        secret,
-                        settings: self.settings,
-                    }
-                } else if pos == 0 && self.sessions.register(index, *secret, *nonce, now) {
-                    Response::Registered {
-                        client_id: index,
-                        secret: *secret,
-                        settings: self.settings,
-                    }
-                } else {
-                    Response::Rejected
-                }
+                self.register(index, pos, *secret, *nonce, None)
             }
             Command::KeepAlive { client_id, secret } => {
                 Response::Session(self.sessions.keep_alive(*client_id, *secret, now))
@@ -187,27 +172,7 @@ impl StateMachine {
                 secret,
                 nonce,
                 owner,
-            } => {
-                if let Some((client_id, secret)) = self.sessions.retried_registration(*nonce, now) {
-                    if self.owners.get(&client_id) != Some(owner) {
-                        return Response::Rejected;
-                    }
-                    Response::Registered {
-                        client_id,
-                        secret,
-                        settings: self.settings,
-                    }
-                } else if pos == 0 && self.sessions.register(index, *secret, *nonce, now) {
-                    self.owners.insert(index, owner.clone());
-                    Response::Registered {
-                        client_id: index,
-                        secret: *secret,
-                        settings: self.settings,
-                    }
-                } else {
-                    Response::Rejected
-                }
-            }
+            } => self.register(index, pos, *secret, *nonce, Some(owner)),
             Command::Auth(command) => Response::Auth(self.auth.apply(command)),
             Command::Tick => Response::Done,
             Command::Configure(s) => {
@@ -241,6 +206,42 @@ impl StateMachine {
                 }
                 Response::Done
             }
+        }
+    }
+
+    /// `RegisterClient` (`owner` `None`) and `RegisterOwned`: a retried nonce gets its
+    /// session back (only from its owner, when registering with one); otherwise a new
+    /// session named by this entry's index, if the registration is first in its entry.
+    fn register(
+        &mut self,
+        index: u64,
+        pos: usize,
+        secret: Secret,
+        nonce: u128,
+        owner: Option<&String>,
+    ) -> Response {
+        let now = self.cluster_time;
+        // A retry creates nothing, so it may sit anywhere in its entry.
+        if let Some((client_id, secret)) = self.sessions.retried_registration(nonce, now) {
+            if owner.is_some() && self.owners.get(&client_id) != owner {
+                return Response::Rejected;
+            }
+            Response::Registered {
+                client_id,
+                secret,
+                settings: self.settings,
+            }
+        } else if pos == 0 && self.sessions.register(index, secret, nonce, now) {
+            if let Some(owner) = owner {
+                self.owners.insert(index, owner.clone());
+            }
+            Response::Registered {
+                client_id: index,
+                secret,
+                settings: self.settings,
+            }
+        } else {
+            Response::Rejected
         }
     }
 
