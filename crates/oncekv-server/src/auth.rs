@@ -296,9 +296,8 @@ impl NodeCore {
         Ok(Some(user))
     }
 
-    /// [`authorize`](Self::authorize) for `op`, and, for a tracked request, that the
-    /// session is the caller's: a session registered by one user is refused to another
-    /// before anything looks for its saved replies.
+    /// [`authorize`](Self::authorize) for `op`: see
+    /// [`authorize_tracked`](Self::authorize_tracked).
     pub async fn authorize_op(
         &self,
         caller: &Caller,
@@ -308,10 +307,19 @@ impl NodeCore {
         if !self.applied().auth_enabled() {
             return Ok(());
         }
-        let Some(user) = self.authorize(caller, &op_needs(op)).await? else {
-            return Ok(());
-        };
-        if let Some(meta) = meta {
+        self.authorize_tracked(caller, &op_needs(op), meta).await
+    }
+
+    /// [`authorize`](Self::authorize), and, for a tracked request, that the session is
+    /// the caller's: a session registered by one user is refused to another before
+    /// anything looks for its saved replies.
+    pub async fn authorize_tracked(
+        &self,
+        caller: &Caller,
+        needs: &[Need<'_>],
+        meta: Option<&SessionMeta>,
+    ) -> Result<(), ApiError> {
+        if let (Some(user), Some(meta)) = (self.authorize(caller, needs).await?, meta) {
             self.check_session_owner(&user, meta.client_id)?;
         }
         Ok(())

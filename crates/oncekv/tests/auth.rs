@@ -179,6 +179,41 @@ async fn auth_walk_through() {
         &["--user", "alice:alicepw", "user", "list"],
         "etcdserver: permission denied",
     );
+    // Revoking a lease deletes its keys: it needs write permission on each of them.
+    let lease_id = |out: String| out.split_whitespace().nth(1).unwrap().to_string();
+    let outside = lease_id(ok(e, &["--user", "root:rootpw", "lease", "grant", "60"]));
+    ok(
+        e,
+        &[
+            "--user",
+            "root:rootpw",
+            "put",
+            "other/x",
+            "1",
+            "--lease",
+            &outside,
+        ],
+    );
+    refused(
+        e,
+        &["--user", "alice:alicepw", "lease", "revoke", &outside],
+        "etcdserver: permission denied",
+    );
+    let inside = lease_id(ok(e, &["--user", "alice:alicepw", "lease", "grant", "60"]));
+    ok(
+        e,
+        &[
+            "--user",
+            "alice:alicepw",
+            "put",
+            "app/leased",
+            "1",
+            "--lease",
+            &inside,
+        ],
+    );
+    ok(e, &["--user", "alice:alicepw", "lease", "revoke", &inside]);
+    assert_eq!(ok(e, &["--user", "alice:alicepw", "get", "app/leased"]), "");
     let users = ok(e, &["--user", "root:rootpw", "user", "list"]);
     assert_eq!(users, "alice\nbob\ncarol\nroot\n");
 

@@ -38,6 +38,11 @@ impl AuthService {
         allowed_self: Option<&str>,
     ) -> Result<Option<pb::ResponseHeader>, Status> {
         self.admin_or_self(request, allowed_self).await?;
+        self.commit(command).await
+    }
+
+    /// Proposes `command` (the caller already checked).
+    async fn commit(&self, command: AuthCommand) -> Result<Option<pb::ResponseHeader>, Status> {
         match self
             .node
             .propose(Command::Auth(command))
@@ -174,7 +179,7 @@ impl Auth for AuthService {
             name: r.name.clone(),
             password,
         };
-        let header = self.change(&request, command, None).await?;
+        let header = self.commit(command).await?;
         Ok(Response::new(pb::AuthUserAddResponse { header }))
     }
 
@@ -242,11 +247,8 @@ impl Auth for AuthService {
         let password = self
             .password(&r.password, &r.hashed_password, false)
             .await?;
-        let command = AuthCommand::UserChangePassword {
-            name: name.clone(),
-            password,
-        };
-        let header = self.change(&request, command, Some(&name)).await?;
+        let command = AuthCommand::UserChangePassword { name, password };
+        let header = self.commit(command).await?;
         Ok(Response::new(pb::AuthUserChangePasswordResponse { header }))
     }
 

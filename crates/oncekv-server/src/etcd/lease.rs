@@ -54,7 +54,6 @@ impl Lease for LeaseService {
         let caller = Caller::of(&request);
         let r = request.into_inner();
         let op = Op::LeaseRevoke { id: r.id };
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
         if self.node.applied().auth_enabled() {
             // Revoking deletes the lease's keys: etcd asks for write permission on each.
             let keys = {
@@ -68,8 +67,11 @@ impl Lease for LeaseService {
                     .unwrap_or_default()
             };
             let no_end = bytes::Bytes::new();
-            let needs: Vec<Need<'_>> = keys.iter().map(|k| Need::Write(k, &no_end)).collect();
-            self.node.authorize(&caller, &needs).await?;
+            let mut needs: Vec<Need<'_>> = keys.iter().map(|k| Need::Write(k, &no_end)).collect();
+            needs.push(Need::Anyone);
+            self.node
+                .authorize_tracked(&caller, &needs, meta.as_ref())
+                .await?;
         }
         let reply = self.node.execute(op, meta).await?;
         reply.result.map_err(ApiError::from)?;

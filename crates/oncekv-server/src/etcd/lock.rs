@@ -52,10 +52,7 @@ pub(super) async fn authorize_queue(
     if write {
         needs.push(Need::Write(&start, &end));
     }
-    if let (Some(user), Some(meta)) = (node.authorize(caller, &needs).await?, meta) {
-        node.check_session_owner(&user, meta.client_id)?;
-    }
-    Ok(())
+    Ok(node.authorize_tracked(caller, &needs, meta).await?)
 }
 
 #[tonic::async_trait]
