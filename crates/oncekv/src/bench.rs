@@ -7,9 +7,14 @@
 //! seconds, whichever comes first; progress goes to stderr once a second and a summary
 //! (throughput, latency percentiles, errors) to stdout at the end, as text or JSON.
 //!
+//! `--client tracked` (or `untracked`) sends the same requests through the oncekv Rust
+//! client instead, to show what exactly-once sessions cost against the same cluster.
+//!
 //! `oncekv bench watch` ([`watch`]) measures watch fan-out instead: one writer, many
-//! watchers of the key it writes.
+//! watchers of the key it writes. `oncekv bench compare` ([`compare`]) starts etcd and
+//! oncekv clusters itself and runs these workloads against both, alternately.
 
+mod compare;
 mod watch;
 
 use std::fmt::Write as _;
@@ -19,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
+use oncekv_client::{ClientConfig, GetOptions};
 use oncekv_proto::etcdserverpb::kv_client::KvClient;
 use oncekv_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use oncekv_proto::etcdserverpb::{PutRequest, RangeRequest, StatusRequest};
@@ -41,6 +47,10 @@ pub enum BenchKind {
     /// One writer puts one key (or keys under a prefix) while many watchers watch it:
     /// events delivered per second, delivery latency, and every event exactly once.
     Watch(watch::WatchArgs),
+    /// Start a 3-member etcd and a 3-member oncekv on this machine, run the put and range
+    /// workloads against each in turn (alternating which goes first), and write a table
+    /// and a chart of throughput and latency against the number of clients.
+    Compare(compare::CompareArgs),
 }
 
 #[derive(Debug, Args)]
@@ -66,6 +76,30 @@ pub struct RangeArgs {
 pub enum Consistency {
     L,
     S,
+}
+
+/// What sends the requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClientKind {
+    /// Plain etcd v3 KV calls over the shared gRPC connections: what any etcd client
+    /// sends (works against etcd and oncekv alike).
+    Wire,
+    /// The oncekv Rust client with exactly-once sessions: one client (one session) per
+    /// connection, the loops sharing it; it sends every request to the leader.
+    Tracked,
+    /// The oncekv Rust client without sessions (etcd's semantics: a retried write may
+    /// apply twice), for comparison with `tracked`.
+    Untracked,
+}
+
+impl ClientKind {
+    fn name(self) -> &'static str {
+        match self {
+            ClientKind::Wire => "wire",
+            ClientKind::Tracked => "tracked",
+            ClientKind::Untracked => "untracked",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -143,6 +177,10 @@ pub struct Common {
     /// Number of distinct keys requests are spread over.
     #[arg(long, default_value_t = 100_000)]
     pub key_space: u64,
+    /// What sends the requests: the etcd wire protocol directly, or the oncekv client
+    /// with (tracked) or without (untracked) exactly-once sessions.
+    #[arg(long, value_enum, default_value_t = ClientKind::Wire)]
+    pub client: ClientKind,
 }
 
 /// What each request does.
@@ -180,8 +218,32 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             },
         ),
         BenchKind::Watch(w) => return watch::run(w).await,
+        BenchKind::Compare(c) => return compare::run(c).await,
     };
-    validate(&common)?;
+    let summary = measure(&common, workload, true).await?;
+    match common.target.write_out {
+        WriteOut::Simple => print!("{}", summary.text()),
+        WriteOut::Json => println!("{}", summary.json()),
+    }
+    if summary.errors > 0 {
+        return Err(format!(
+            "{} of {} requests failed; the first: {}",
+            summary.errors,
+            summary.ok + summary.errors,
+            summary.first_error.clone().unwrap_or_default()
+        ));
+    }
+    if summary.ok == 0 {
+        return Err("no request completed".into());
+    }
+    Ok(())
+}
+
+/// Runs one benchmark as `common` describes; requests that fail are counted in the
+/// summary (an error here means the run could not start). `progress`: a line a second on
+/// stderr.
+async fn measure(common: &Common, workload: Workload, progress: bool) -> Result<Summary, String> {
+    validate(common)?;
     let timeout = seconds("--timeout", common.target.timeout)?;
     let duration = common
         .duration
@@ -195,10 +257,30 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         endpoints.clone()
     };
     let connections = common.target.connections.unwrap_or(endpoints.len());
-    let mut channels = Vec::with_capacity(connections);
+    let mut drivers = Vec::with_capacity(connections);
     for i in 0..connections {
-        let url = &targets[i % targets.len()];
-        channels.push(connect(url, Some(timeout)).await?);
+        drivers.push(match common.client {
+            ClientKind::Wire => {
+                let url = &targets[i % targets.len()];
+                Driver::Wire(
+                    KvClient::new(connect(url, Some(timeout)).await?)
+                        .max_decoding_message_size(64 * 1024 * 1024),
+                )
+            }
+            kind => {
+                let mut config = if kind == ClientKind::Tracked {
+                    ClientConfig::default()
+                } else {
+                    ClientConfig::untracked()
+                };
+                config.request_timeout = timeout;
+                config.attempt_timeout = config.attempt_timeout.min(timeout);
+                Driver::Oncekv(
+                    oncekv_client::Client::connect(&targets, config)
+                        .map_err(|e| format!("the oncekv client: {e}"))?,
+                )
+            }
+        });
     }
 
     let shared = Arc::new(Shared {
@@ -220,19 +302,26 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         .label
         .clone()
         .unwrap_or_else(|| targets.join(","));
-    eprintln!(
-        "bench {}: {} clients over {} connections to {}{}; {}",
-        workload.name(),
-        common.clients,
-        connections,
-        targets.join(","),
-        if common.target.leader_only {
-            " (the leader)"
-        } else {
-            ""
-        },
-        run_length(common.total, duration, "requests")
-    );
+    if progress {
+        eprintln!(
+            "bench {}: {} clients over {} {} to {}{}; {}",
+            workload.name(),
+            common.clients,
+            connections,
+            match common.client {
+                ClientKind::Wire => "connections",
+                ClientKind::Tracked => "oncekv clients (exactly-once sessions)",
+                ClientKind::Untracked => "oncekv clients (no sessions)",
+            },
+            targets.join(","),
+            if common.target.leader_only {
+                " (the leader)"
+            } else {
+                ""
+            },
+            run_length(common.total, duration, "requests")
+        );
+    }
 
     let interrupt = {
         let shared = shared.clone();
@@ -245,15 +334,13 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     };
     let started = Instant::now();
     let deadline = duration.map(|d| started + d);
-    let progress = tokio::spawn(report_progress(shared.clone(), started));
+    let progress = progress.then(|| tokio::spawn(report_progress(shared.clone(), started)));
     let mut workers = Vec::with_capacity(common.clients);
     for i in 0..common.clients {
-        let kv = KvClient::new(channels[i % channels.len()].clone())
-            .max_decoding_message_size(64 * 1024 * 1024);
         workers.push(tokio::spawn(client_loop(
             plan.clone(),
             shared.clone(),
-            kv,
+            drivers[i % drivers.len()].clone(),
             deadline,
             rand::random(),
         )));
@@ -266,36 +353,23 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         }
     }
     let elapsed = started.elapsed();
-    progress.abort();
+    if let Some(progress) = progress {
+        progress.abort();
+    }
     interrupt.abort();
 
     let errors = shared.errors.load(Ordering::Relaxed);
     let first_error = shared.first_error.lock().ok().and_then(|g| g.clone());
-    let summary = Summary::new(
+    Ok(Summary::new(
         workload.name(),
         label,
-        &common,
+        common,
         connections,
         elapsed,
         latencies,
         errors,
-        first_error.clone(),
-    );
-    match common.target.write_out {
-        WriteOut::Simple => print!("{}", summary.text()),
-        WriteOut::Json => println!("{}", summary.json()),
-    }
-    if errors > 0 {
-        return Err(format!(
-            "{errors} of {} requests failed; the first: {}",
-            summary.ok + errors,
-            first_error.unwrap_or_default()
-        ));
-    }
-    if summary.ok == 0 {
-        return Err("no request completed".into());
-    }
-    Ok(())
+        first_error,
+    ))
 }
 
 /// "N requests", "for S s" or "N requests or S s": how long a run goes on.
@@ -429,7 +503,7 @@ impl Shared {
 async fn client_loop(
     plan: Arc<Plan>,
     shared: Arc<Shared>,
-    mut kv: KvClient<Channel>,
+    mut driver: Driver,
     deadline: Option<Instant>,
     seed: u64,
 ) -> Vec<u64> {
@@ -445,36 +519,66 @@ async fn client_loop(
         let n = rng.gen_range(0..plan.key_space);
         let key = Bytes::from(format!("{n:0width$}", width = plan.key_size));
         let start = Instant::now();
-        let result = match &plan.workload {
-            Workload::Put { value } => kv
-                .put(PutRequest {
-                    key,
-                    value: value.clone(),
-                    ..Default::default()
-                })
-                .await
-                .map(drop),
-            Workload::Range { serializable } => kv
-                .range(RangeRequest {
-                    key,
-                    serializable: *serializable,
-                    ..Default::default()
-                })
-                .await
-                .map(drop),
-        };
+        let result = driver.send(&plan.workload, key).await;
         let elapsed = start.elapsed();
         match result {
             Ok(()) => {
                 latencies.push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
                 shared.done.fetch_add(1, Ordering::Relaxed);
             }
-            Err(status) => {
-                shared.record_error(format!("{:?}: {}", status.code(), status.message()))
-            }
+            Err(message) => shared.record_error(message),
         }
     }
     latencies
+}
+
+/// What a client loop sends its requests through.
+#[derive(Debug, Clone)]
+enum Driver {
+    Wire(KvClient<Channel>),
+    Oncekv(oncekv_client::Client),
+}
+
+impl Driver {
+    async fn send(&mut self, workload: &Workload, key: Bytes) -> Result<(), String> {
+        let status = |s: tonic::Status| format!("{:?}: {}", s.code(), s.message());
+        match (self, workload) {
+            (Driver::Wire(kv), Workload::Put { value }) => kv
+                .put(PutRequest {
+                    key,
+                    value: value.clone(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop)
+                .map_err(status),
+            (Driver::Wire(kv), Workload::Range { serializable }) => kv
+                .range(RangeRequest {
+                    key,
+                    serializable: *serializable,
+                    ..Default::default()
+                })
+                .await
+                .map(drop)
+                .map_err(status),
+            (Driver::Oncekv(client), Workload::Put { value }) => client
+                .put(key.to_vec(), value.to_vec())
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            (Driver::Oncekv(client), Workload::Range { serializable }) => {
+                let mut options = GetOptions::new();
+                if *serializable {
+                    options = options.with_serializable();
+                }
+                client
+                    .range(key.to_vec(), options)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
 }
 
 /// Once a second: requests done so far, the rate over the last second, errors.
@@ -503,6 +607,7 @@ async fn report_progress(shared: Arc<Shared>, started: Instant) {
 struct Summary {
     op: &'static str,
     label: String,
+    client: ClientKind,
     clients: usize,
     connections: usize,
     leader_only: bool,
@@ -540,6 +645,7 @@ impl Summary {
         Summary {
             op,
             label,
+            client: common.client,
             clients: common.clients,
             connections,
             leader_only: common.target.leader_only,
@@ -567,11 +673,16 @@ impl Summary {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{} {}: {} clients, {} connections{}",
+            "{} {}: {} clients, {} {}{}",
             self.op,
             self.label,
             self.clients,
             self.connections,
+            match self.client {
+                ClientKind::Wire => "connections",
+                ClientKind::Tracked => "oncekv clients (exactly-once)",
+                ClientKind::Untracked => "oncekv clients (untracked)",
+            },
             if self.leader_only {
                 ", leader only"
             } else {
@@ -598,13 +709,15 @@ impl Summary {
         let [avg, p50, p90, p99, max] = self.latency_ms;
         format!(
             concat!(
-                "{{\"op\":\"{}\",\"label\":\"{}\",\"clients\":{},\"connections\":{},",
+                "{{\"op\":\"{}\",\"label\":\"{}\",\"client\":\"{}\",\"clients\":{},",
+                "\"connections\":{},",
                 "\"leader_only\":{},\"ok\":{},\"errors\":{},\"seconds\":{:.3},\"rate\":{:.1},",
                 "\"latency_ms\":{{\"avg\":{:.3},\"p50\":{:.3},\"p90\":{:.3},\"p99\":{:.3},",
                 "\"max\":{:.3}}},\"first_error\":{}}}"
             ),
             self.op,
             json_escape(&self.label),
+            self.client.name(),
             self.clients,
             self.connections,
             self.leader_only,
