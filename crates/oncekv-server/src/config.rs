@@ -69,6 +69,11 @@ pub struct NodeConfig {
     /// How long a token from Authenticate stays valid (etcd's `--auth-token-ttl`, 300 s);
     /// any auth change ends every token earlier.
     pub auth_token_ttl: Duration,
+    /// Leader-lease reads (off by default; see `read_lease` for the clock assumption):
+    /// a leader whose leadership a quorum confirmed within the last 0.8 election
+    /// timeouts serves linearizable reads without another round. Every member must have
+    /// it: it also stops a member voting during its first two election timeouts.
+    pub leader_lease_reads: bool,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
     /// How often a watcher created with `progress_notify` gets an empty response carrying
@@ -119,6 +124,7 @@ impl NodeConfig {
             auth_token_ttl: Duration::from_secs(300),
             client_tls: None,
             peer_tls: None,
+            leader_lease_reads: false,
             request_timeout: Duration::from_secs(7),
             watch_progress_notify_interval: Duration::from_secs(10 * 60),
             settings: Settings::default(),

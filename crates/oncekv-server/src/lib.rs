@@ -45,6 +45,7 @@ pub mod pb;
 pub mod peer_gate;
 pub mod proposer;
 mod read_batch;
+mod read_lease;
 pub mod request_path;
 pub mod runtime;
 pub mod services;

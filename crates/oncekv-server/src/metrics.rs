@@ -36,6 +36,8 @@ pub struct NodeMetrics {
     proposals_applied: IntGauge,
     proposals_pending: IntGauge,
     proposals_failed: IntCounter,
+    read_rounds: IntCounter,
+    lease_reads: IntCounter,
     wal_fsync: Histogram,
     snapshot_save: Histogram,
     db_total_size: IntGauge,
@@ -186,6 +188,14 @@ impl NodeMetrics {
                 "etcd_server_proposals_failed_total",
                 "The total number of failed proposals seen.",
             )?,
+            read_rounds: counter(
+                "oncekv_read_index_rounds_total",
+                "Leadership confirmations this member ran as leader for linearizable reads (each a round of heartbeats a quorum answered, shared by the reads waiting for it).",
+            )?,
+            lease_reads: counter(
+                "oncekv_lease_reads_total",
+                "Linearizable reads (or followers' read-index requests) this leader answered under its leader lease, without a round (--leader-lease-reads).",
+            )?,
             wal_fsync: histogram(
                 "etcd_disk_wal_fsync_duration_seconds",
                 "The latency distributions of fsync called by WAL.",
@@ -259,6 +269,16 @@ impl NodeMetrics {
     /// Called when this member sees the leader change (a new leader or none).
     pub fn leader_changed(&self) {
         self.leader_changes.inc();
+    }
+
+    /// A leadership confirmation for reads succeeded on this leader.
+    pub fn read_round(&self) {
+        self.read_rounds.inc();
+    }
+
+    /// A read was answered under the leader lease.
+    pub fn lease_read(&self) {
+        self.lease_reads.inc();
     }
 
     /// Called when a proposal this member made fails (timeout, lost leadership).

@@ -29,11 +29,12 @@ use crate::error::{ApiError, ProposeError};
 use crate::forwarder::{Forwarded, ForwardedReply, Forwarder, Identified};
 use crate::log_store::{LogStore, TornTail};
 use crate::membership::Identity;
-use crate::metrics::SharedMetrics;
+use crate::metrics::{NodeMetrics, SharedMetrics};
 use crate::network::PeerChannels;
 use crate::pb::etcdserverpb::ResponseHeader;
 use crate::proposer::Proposer;
 use crate::read_batch::ReadBatcher;
+use crate::read_lease::ReadLease;
 use crate::sm_store::Applied;
 #[cfg(feature = "sim")]
 use crate::transport::MessageKind;
@@ -89,15 +90,34 @@ pub struct NodeCore {
     /// Read indexes asked of this member by followers: this member's own confirmation
     /// only (a forwarded request is never forwarded again).
     leader_reads: Arc<ReadBatcher>,
+    /// With `--leader-lease-reads`: while a recent confirmation's lease runs, the leader
+    /// answers reads without another round.
+    lease: Option<Arc<ReadLease>>,
 }
 
 /// The leader's read index after it confirmed its leadership with a quorum (errors with
-/// `NotLeader` on a follower).
-async fn leader_read_index(raft: &Raft, timeout: Duration) -> Result<u64, ProposeError> {
+/// `NotLeader` on a follower). A confirmation extends `lease`, from the round's start.
+async fn leader_read_index(
+    raft: &Raft,
+    timeout: Duration,
+    lease: Option<&ReadLease>,
+    metrics: &NodeMetrics,
+) -> Result<u64, ProposeError> {
     use openraft::error::{CheckIsLeaderError, RaftError};
+    // Taken before the round: a term that changes meanwhile leaves the lease unused.
+    let (term, started) = (
+        raft.metrics().borrow().current_term,
+        tokio::time::Instant::now(),
+    );
     match tokio::time::timeout(timeout, raft.get_read_log_id()).await {
         Err(_) => Err(ProposeError::Timeout),
-        Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
+        Ok(Ok((read, _applied))) => {
+            metrics.read_round();
+            if let Some(lease) = lease {
+                lease.confirmed(term, started);
+            }
+            Ok(read.map_or(0, |l| l.index))
+        }
         Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
             Err(ProposeError::NotLeader {
                 leader: f.leader_id,
@@ -116,12 +136,19 @@ fn read_batchers(
     forwarder: &Forwarder,
     id: NodeId,
     timeout: Duration,
+    lease: Option<Arc<ReadLease>>,
+    metrics: &SharedMetrics,
 ) -> (Arc<ReadBatcher>, Arc<ReadBatcher>) {
-    let (r, f) = (raft.clone(), forwarder.clone());
+    let (r, f, l, m) = (
+        raft.clone(),
+        forwarder.clone(),
+        lease.clone(),
+        metrics.clone(),
+    );
     let reads = ReadBatcher::new(Arc::new(move || {
-        let (raft, forwarder) = (r.clone(), f.clone());
+        let (raft, forwarder, lease, metrics) = (r.clone(), f.clone(), l.clone(), m.clone());
         Box::pin(async move {
-            match leader_read_index(&raft, timeout).await {
+            match leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await {
                 Err(ProposeError::NotLeader {
                     leader: Some(leader),
                 }) if leader != id => forwarder.read_index(leader).await,
@@ -131,9 +158,10 @@ fn read_batchers(
         })
     }));
     let r = raft.clone();
+    let m = metrics.clone();
     let leader_reads = ReadBatcher::new(Arc::new(move || {
-        let raft = r.clone();
-        Box::pin(async move { leader_read_index(&raft, timeout).await })
+        let (raft, lease, metrics) = (r.clone(), lease.clone(), m.clone());
+        Box::pin(async move { leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await })
     }));
     (reads, leader_reads)
 }
@@ -176,15 +204,23 @@ impl NodeCore {
             config.batch,
             config.request_timeout,
         );
+        let lease = config.leader_lease_reads.then(|| {
+            Arc::new(ReadLease::new(Duration::from_millis(
+                config.election_timeout_ms,
+            )))
+        });
         let (reads, leader_reads) = read_batchers(
             &raft,
             &forwarder,
             identity.member_id,
             config.request_timeout,
+            lease.clone(),
+            &metrics,
         );
         NodeCore {
             reads,
             leader_reads,
+            lease,
             id: identity.member_id,
             cluster_id: identity.cluster_id,
             config,
@@ -482,10 +518,49 @@ impl NodeCore {
     /// [`ReadBatcher`](crate::read_batch::ReadBatcher)); a follower asks the leader once
     /// per batch.
     pub async fn read_index(&self) -> Result<(), ProposeError> {
-        let index = self.reads.read_index().await?;
+        let index = match self.lease_read_index() {
+            Some(index) => index,
+            None => self.reads.read_index().await?,
+        };
         // tokio's clock: the same as std's in production, simulated time in a simulation.
         let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
         Ok(self.applied.wait_applied(index, deadline).await?)
+    }
+
+    /// With `--leader-lease-reads`, on a leader whose lease of this term runs: its last
+    /// log index (see [`crate::read_lease`]), renewing the lease in the background once
+    /// half of it is gone. `None`: confirm with a round instead.
+    fn lease_read_index(&self) -> Option<u64> {
+        let lease = self.lease.as_ref()?;
+        if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let (leader, term, last) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.current_leader, m.current_term, m.last_log_index)
+        };
+        if leader != Some(self.id) {
+            return None;
+        }
+        let remaining = lease.remaining(term, tokio::time::Instant::now())?;
+        if lease.start_renewal(remaining) {
+            let (lease, reads) = (lease.clone(), self.leader_reads.clone());
+            tokio::spawn(async move {
+                let _ = reads.read_index().await;
+                lease.renewed();
+            });
+        }
+        self.metrics.lease_read();
+        Some(last.unwrap_or(0))
+    }
+
+    /// Whether this member grants votes now: with lease reads, not during its first two
+    /// election timeouts (it has forgotten which leader it heard from last).
+    pub(crate) fn voting_allowed(&self) -> bool {
+        self.lease
+            .as_ref()
+            .is_none_or(|l| l.voting_allowed(tokio::time::Instant::now()))
     }
 
     /// A Range on this node's applied state, after `read_index` unless `serializable`.
@@ -508,10 +583,16 @@ impl NodeCore {
     /// request is never forwarded again.
     pub(crate) async fn serve_forwarded(&self, req: Forwarded) -> ForwardedReply {
         match req {
-            Forwarded::ReadIndex => match self.leader_reads.read_index().await {
-                Ok(index) => ForwardedReply::ReadIndex(index),
-                Err(e) => ForwardedReply::Error(e),
-            },
+            Forwarded::ReadIndex => {
+                let index = match self.lease_read_index() {
+                    Some(index) => Ok(index),
+                    None => self.leader_reads.read_index().await,
+                };
+                match index {
+                    Ok(index) => ForwardedReply::ReadIndex(index),
+                    Err(e) => ForwardedReply::Error(e),
+                }
+            }
             Forwarded::ProposeBatch(commands) => {
                 ForwardedReply::Responses(self.propose_forwarded(commands).await)
             }

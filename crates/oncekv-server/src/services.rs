@@ -206,6 +206,11 @@ impl RaftRpc for PeerService {
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        if !self.core.voting_allowed() {
+            return Err(Status::unavailable(
+                "this member has just started and votes for nobody yet (leader-lease reads)",
+            ));
+        }
         let req = decode(&request.into_inner().payload)?;
         let result = self.core.raft().vote(req).await;
         Ok(Response::new(encode(&result)?))

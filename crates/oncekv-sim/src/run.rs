@@ -128,6 +128,9 @@ struct NodeCtx {
     clock_offset: Arc<AtomicI64>,
     cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>>,
     snapshot_count: u64,
+    /// Leader-lease reads on every member (odd seeds): the linearizability checker then
+    /// covers reads served under a lease, across crashes and partitions.
+    lease_reads: bool,
     settings: Settings,
     trace: Trace,
     net: Net,
@@ -168,6 +171,7 @@ async fn run_node(ctx: NodeCtx) -> turmoil::Result {
     config.election_timeout_ms = 300;
     config.request_timeout = Duration::from_secs(2);
     config.snapshot_count = ctx.snapshot_count;
+    config.leader_lease_reads = ctx.lease_reads;
     config.settings = ctx.settings;
     config.clock = clock;
     config.disk = ctx.disk.clone();
@@ -294,6 +298,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             clock_offset: Arc::default(),
             cores: cores.clone(),
             snapshot_count,
+            lease_reads: seed % 2 == 1,
             settings,
             trace: trace.clone(),
             net: net.clone(),

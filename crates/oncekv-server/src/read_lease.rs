@@ -1,0 +1,158 @@
+//! Leader-lease reads (`--leader-lease-reads`, off by default).
+//!
+//! A linearizable read normally waits for a round of heartbeats that a quorum answers
+//! (see [`crate::read_batch`]). With a lease, a leader that had such a round answered
+//! recently serves reads at once, at its last log index, without another round.
+//!
+//! Why that is safe, and what it assumes:
+//! - A round that started at `t0` and was answered by a quorum means each member of that
+//!   quorum heard from this leader after `t0`. openraft makes a voter that heard from its
+//!   leader refuse every vote for `election_timeout_max` (twice `--election-timeout`)
+//!   afterwards, and a member whose timer runs out waits at least `--election-timeout`
+//!   before it stands itself. So no other leader can exist before `t0 +
+//!   --election-timeout`; the lease ends earlier, at `t0 + LEASE_FRACTION x
+//!   --election-timeout`.
+//! - A voter forgets when it last heard from the leader if it restarts. So with lease
+//!   reads on, a member refuses to vote for anyone during its first `2 x
+//!   --election-timeout` (see [`ReadLease::voting_allowed`]). Every member must run with
+//!   the flag: the guard is on the voters, the lease on the leader.
+//! - Clocks: each member measures these spans on its own monotonic clock. The lease is
+//!   right while no clock runs more than 20 % faster or slower than another over an
+//!   election timeout (the fraction's margin). NTP steps do not matter (monotonic
+//!   clocks); a VM whose clock stalls while others run can break it, as any lease.
+//! - A leader serving under its lease answers at its *last* log index, which covers
+//!   everything committed by then (it may include entries not yet committed, which only
+//!   makes the read wait until they are applied). A read never uses a lease of an earlier
+//!   term.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The lease runs for this fraction of the election timeout after a confirmed round
+/// started: the rest is the margin for clocks that run at different rates.
+const LEASE_FRACTION: f64 = 0.8;
+
+#[derive(Debug)]
+pub(crate) struct ReadLease {
+    duration: Duration,
+    /// No votes before this (the member's start plus `election_timeout_max`).
+    votes_from: Instant,
+    held: Mutex<Option<Held>>,
+    renewing: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    term: u64,
+    until: Instant,
+}
+
+impl ReadLease {
+    /// A lease for a member that started now, with this election timeout (openraft's
+    /// `election_timeout_min`; `election_timeout_max` is twice it).
+    pub(crate) fn new(election_timeout: Duration) -> ReadLease {
+        ReadLease {
+            duration: election_timeout.mul_f64(LEASE_FRACTION),
+            votes_from: Instant::now() + election_timeout * 2,
+            held: Mutex::new(None),
+            renewing: AtomicBool::new(false),
+        }
+    }
+
+    /// A quorum confirmed this member as leader of `term` in a round that started at
+    /// `round_started`.
+    pub(crate) fn confirmed(&self, term: u64, round_started: Instant) {
+        let until = round_started + self.duration;
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        match *held {
+            Some(h) if h.term == term && h.until >= until => {}
+            _ => *held = Some(Held { term, until }),
+        }
+    }
+
+    /// How long the lease of `term` still runs at `now` (`None`: there is none).
+    pub(crate) fn remaining(&self, term: u64, now: Instant) -> Option<Duration> {
+        let held = (*self.held.lock().unwrap_or_else(PoisonError::into_inner))?;
+        (held.term == term && now < held.until).then(|| held.until - now)
+    }
+
+    /// Whether a lease with `remaining` left should be renewed now (half of it is gone),
+    /// and no renewal is under way: the caller then runs one round and calls
+    /// [`renewed`](ReadLease::renewed).
+    pub(crate) fn start_renewal(&self, remaining: Duration) -> bool {
+        remaining < self.duration / 2 && !self.renewing.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn renewed(&self) {
+        self.renewing.store(false, Ordering::Release);
+    }
+
+    /// Whether this member may grant votes at `now` (see the module comment).
+    pub(crate) fn voting_allowed(&self, now: Instant) -> bool {
+        now >= self.votes_from
+    }
+
+    /// When this member starts voting.
+    #[cfg(test)]
+    fn votes_from(&self) -> Instant {
+        self.votes_from
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_runs_from_the_round_start_for_its_term_only() {
+        let lease = ReadLease::new(Duration::from_millis(1000));
+        let t0 = Instant::now();
+        assert_eq!(lease.remaining(3, t0), None, "no round yet");
+        lease.confirmed(3, t0);
+        assert_eq!(
+            lease.remaining(3, t0 + Duration::from_millis(300)),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(lease.remaining(4, t0), None, "another term");
+        assert_eq!(lease.remaining(3, t0 + Duration::from_millis(800)), None);
+        // An older round answered late does not shorten it.
+        lease.confirmed(3, t0 - Duration::from_millis(500));
+        assert!(
+            lease
+                .remaining(3, t0 + Duration::from_millis(700))
+                .is_some()
+        );
+        // A round of a new term replaces it.
+        lease.confirmed(5, t0 + Duration::from_millis(100));
+        assert_eq!(lease.remaining(3, t0 + Duration::from_millis(200)), None);
+        assert_eq!(
+            lease.remaining(5, t0 + Duration::from_millis(200)),
+            Some(Duration::from_millis(700))
+        );
+    }
+
+    #[test]
+    fn one_renewal_at_a_time_once_half_the_lease_is_gone() {
+        let lease = ReadLease::new(Duration::from_millis(1000));
+        assert!(!lease.start_renewal(Duration::from_millis(500)));
+        assert!(lease.start_renewal(Duration::from_millis(399)));
+        assert!(
+            !lease.start_renewal(Duration::from_millis(100)),
+            "one is out"
+        );
+        lease.renewed();
+        assert!(lease.start_renewal(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn a_started_member_does_not_vote_for_twice_the_election_timeout() {
+        let started = Instant::now();
+        let lease = ReadLease::new(Duration::from_millis(1000));
+        assert!(!lease.voting_allowed(started + Duration::from_millis(1999)));
+        assert!(lease.voting_allowed(lease.votes_from()));
+        assert!(lease.votes_from() >= started + Duration::from_millis(2000));
+    }
+}
