@@ -65,6 +65,10 @@ pub struct CompareArgs {
     /// The oncekv binary whose `dev` cluster is measured (default: this one).
     #[arg(long)]
     pub oncekv: Option<PathBuf>,
+    /// An extra flag for `oncekv dev` (repeat for several), e.g.
+    /// `--oncekv-arg=--leader-lease-reads`.
+    #[arg(long = "oncekv-arg", allow_hyphen_values = true)]
+    pub oncekv_args: Vec<String>,
     /// Keep the clusters' data directories and logs (their path is printed).
     #[arg(long)]
     pub keep: bool,
@@ -229,7 +233,7 @@ async fn compare(args: &CompareArgs) -> Result<(), String> {
             ));
             let cluster = match system {
                 System::Etcd => Cluster::etcd(&args.etcd, &dir).await?,
-                System::Oncekv => Cluster::oncekv(&oncekv, &dir).await?,
+                System::Oncekv => Cluster::oncekv(&oncekv, &args.oncekv_args, &dir).await?,
             };
             eprintln!(
                 "bench compare: round {round}: {} ready at {}",
@@ -452,13 +456,14 @@ impl Cluster {
         Ok(cluster)
     }
 
-    async fn oncekv(oncekv: &Path, dir: &Path) -> Result<Cluster, String> {
+    async fn oncekv(oncekv: &Path, extra: &[String], dir: &Path) -> Result<Cluster, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let out_path = dir.join("out");
         let child = Command::new(oncekv)
             .arg("dev")
             .arg("--data-dir")
             .arg(dir.join("data"))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log_file(&out_path)?)
             .stderr(log_file(&dir.join("log"))?)
@@ -765,7 +770,7 @@ impl Report<'_> {
         );
         let _ = writeln!(
             md,
-            "Command: `oncekv bench compare --clients {} --workloads {} --duration {} --rounds {} --value-size {} --key-space {}`\n",
+            "Command: `oncekv bench compare --clients {} --workloads {} --duration {} --rounds {} --value-size {} --key-space {}{}`\n",
             self.args
                 .clients
                 .iter()
@@ -782,6 +787,11 @@ impl Report<'_> {
             self.args.rounds,
             self.args.value_size,
             self.args.key_space,
+            self.args
+                .oncekv_args
+                .iter()
+                .map(|a| format!(" --oncekv-arg={a}"))
+                .collect::<String>(),
         );
         for &w in &self.args.workloads {
             let _ = match w {
@@ -1114,6 +1124,7 @@ mod tests {
             out: PathBuf::from("unused"),
             etcd: PathBuf::from("etcd"),
             oncekv: None,
+            oncekv_args: Vec::new(),
             keep: false,
         }
     }
