@@ -13,9 +13,9 @@ use common::{LEADER_WAIT, Proxy, TestCluster};
 use oncekv_client::{Client, ClientConfig, Credentials};
 use oncekv_proto::etcdserverpb::auth_client::AuthClient;
 use oncekv_proto::etcdserverpb::{
-    AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthUserAddRequest,
-    AuthUserGrantRoleRequest, AuthenticateRequest,
+    AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthenticateRequest,
 };
+use oncekv_testkit::auth::add_user_with_role;
 
 const PUTS: usize = 100;
 
@@ -24,19 +24,9 @@ async fn tracked_writes_with_credentials_apply_once_through_lost_replies() {
     let cluster = TestCluster::start(3, |c| c.bcrypt_cost = 4).await;
     let leader = cluster.wait_leader(LEADER_WAIT).await;
     let mut auth = AuthClient::connect(cluster.endpoint(leader)).await.unwrap();
-    auth.user_add(AuthUserAddRequest {
-        name: "root".into(),
-        password: "rootpw".into(),
-        ..AuthUserAddRequest::default()
-    })
-    .await
-    .unwrap();
-    auth.user_grant_role(AuthUserGrantRoleRequest {
-        user: "root".into(),
-        role: "root".into(),
-    })
-    .await
-    .unwrap();
+    add_user_with_role(&mut auth, "root", "rootpw", "root")
+        .await
+        .unwrap();
     auth.role_add(AuthRoleAddRequest { name: "app".into() })
         .await
         .unwrap();
@@ -50,19 +40,9 @@ async fn tracked_writes_with_credentials_apply_once_through_lost_replies() {
     })
     .await
     .unwrap();
-    auth.user_add(AuthUserAddRequest {
-        name: "app".into(),
-        password: "apppw".into(),
-        ..AuthUserAddRequest::default()
-    })
-    .await
-    .unwrap();
-    auth.user_grant_role(AuthUserGrantRoleRequest {
-        user: "app".into(),
-        role: "app".into(),
-    })
-    .await
-    .unwrap();
+    add_user_with_role(&mut auth, "app", "apppw", "app")
+        .await
+        .unwrap();
     auth.auth_enable(AuthEnableRequest {}).await.unwrap();
 
     let proxy = Proxy::start(cluster.configs[leader].client_addr).await;

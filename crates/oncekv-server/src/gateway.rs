@@ -27,8 +27,9 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tonic::Status;
 
-use crate::etcd::{ClusterService, KvService, LeaseService, MaintenanceService};
+use crate::etcd::{AuthService, ClusterService, KvService, LeaseService, MaintenanceService};
 use crate::pb::etcdserverpb as pb;
+use crate::pb::etcdserverpb::auth_server::Auth;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
 use crate::pb::etcdserverpb::kv_server::Kv;
 use crate::pb::etcdserverpb::lease_server::Lease;
@@ -61,6 +62,8 @@ pub fn routes(core: Arc<NodeCore>, stop: watch::Receiver<bool>) -> Router {
         .route("/v3/watch", post(watch))
         .route("/v3/maintenance/status", post(status))
         .route("/v3/cluster/member/list", post(member_list))
+        .route("/v3/auth/authenticate", post(authenticate))
+        .route("/v3/auth/status", post(auth_status))
         .with_state(Gateway { core, stop })
 }
 
@@ -609,6 +612,55 @@ async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap) -> Response 
             Ok(Obj::default()
                 .value("header", header(&r.header))
                 .list("leases", leases)
+                .done())
+        }
+        .await,
+    )
+}
+
+/// `{"name", "password"}` → `{"header", "token"}`; the token then goes in the
+/// `Authorization` header of later requests, as with etcd's gateway.
+async fn authenticate(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    answer(
+        async {
+            let v = parse(&body)?;
+            let text = |name: &str| match v.get(name) {
+                None | Some(Value::Null) => Ok(String::new()),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(other) => Err(Status::invalid_argument(format!(
+                    "{name}: expected a string, got {other}"
+                ))),
+            };
+            let req = pb::AuthenticateRequest {
+                name: text("name")?,
+                password: text("password")?,
+            };
+            let r = auth
+                .authenticate(request(&headers, req))
+                .await?
+                .into_inner();
+            Ok(Obj::default()
+                .value("header", header(&r.header))
+                .text("token", &r.token)
+                .done())
+        }
+        .await,
+    )
+}
+
+async fn auth_status(State(g): State<Gateway>, headers: HeaderMap) -> Response {
+    let auth = AuthService { node: g.core };
+    answer(
+        async {
+            let r = auth
+                .auth_status(request(&headers, pb::AuthStatusRequest {}))
+                .await?
+                .into_inner();
+            Ok(Obj::default()
+                .value("header", header(&r.header))
+                .flag("enabled", r.enabled)
+                .uint("authRevision", r.auth_revision)
                 .done())
         }
         .await,

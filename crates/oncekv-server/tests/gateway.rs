@@ -180,3 +180,65 @@ async fn the_v3_api_over_http_json() {
     assert_eq!(got["kvs"][0]["version"], "1", "applied once: {got}");
     cluster.inner.shutdown().await;
 }
+
+// With auth on, a JSON client logs in at /v3/auth/authenticate and sends the token in
+// `Authorization`, as with etcd's gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authenticate_over_http_json_gives_a_token_for_later_requests() {
+    use oncekv_server::pb::etcdserverpb::AuthEnableRequest;
+    use oncekv_server::pb::etcdserverpb::auth_client::AuthClient;
+
+    let cluster = TestCluster::start(3, |c| c.bcrypt_cost = 4).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let base = cluster.endpoint(leader);
+    let at = |path: &str| format!("{base}{path}");
+    let (status, before) = post(&at("/v3/auth/status"), &json!({}), &[]);
+    assert_eq!((status, before.get("enabled")), (200, None), "{before}");
+
+    let mut auth = AuthClient::connect(base.clone()).await.unwrap();
+    oncekv_testkit::auth::add_user_with_role(&mut auth, "root", "secret", "root")
+        .await
+        .unwrap();
+    auth.auth_enable(AuthEnableRequest {}).await.unwrap();
+
+    let (status, wrong) = post(
+        &at("/v3/auth/authenticate"),
+        &json!({"name": "root", "password": "nope"}),
+        &[],
+    );
+    assert_eq!(status, 400, "{wrong}");
+    assert!(
+        wrong["message"]
+            .as_str()
+            .unwrap()
+            .contains("authentication failed"),
+        "{wrong}"
+    );
+    let (status, login) = post(
+        &at("/v3/auth/authenticate"),
+        &json!({"name": "root", "password": "secret"}),
+        &[],
+    );
+    assert_eq!(status, 200, "{login}");
+    let token = login["token"].as_str().unwrap().to_string();
+
+    let put = json!({"key": b64("k"), "value": b64("v")});
+    let (status, refused) = post(&at("/v3/kv/put"), &put, &[]);
+    assert_ne!(status, 200, "a put without the token: {refused}");
+    let (status, done) = post(
+        &at("/v3/kv/put"),
+        &put,
+        &[format!("Authorization: {token}")],
+    );
+    assert_eq!(status, 200, "{done}");
+    let (status, after) = post(
+        &at("/v3/auth/status"),
+        &json!({}),
+        &[format!("Authorization: {token}")],
+    );
+    assert_eq!(
+        (status, after["enabled"].as_bool()),
+        (200, Some(true)),
+        "{after}"
+    );
+}

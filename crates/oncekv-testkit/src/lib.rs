@@ -5,7 +5,9 @@
 //!   blackholes connections on command.
 //! - [`local_cluster`]: a whole cluster of real members on loopback sockets in one
 //!   process, stoppable and restartable from its data directories.
+//! - [`auth`]: users and roles for tests that turn etcd auth on.
 
+pub mod auth;
 pub mod fault_proxy;
 pub mod local_cluster;
 
