@@ -942,8 +942,8 @@ impl Report<'_> {
         out
     }
 
-    /// Per workload, a column of two panels: requests/s, then p50 (solid) and p99 (thin)
-    /// latency, against the number of clients (log scale).
+    /// Per workload, a column of two panels: requests/s, then p50 (thick) and p99 (thin)
+    /// latency, against the number of clients.
     fn chart(&self, path: &Path) -> Result<(), String> {
         let fail = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
         let agg = self.aggregates();
@@ -963,11 +963,17 @@ impl Report<'_> {
             )
             .map_err(|e| fail(&e))?;
         let panels = root.split_evenly((2, columns));
-        let (min_c, max_c) = (
-            self.args.clients.iter().copied().min().unwrap_or(1) as f64,
-            self.args.clients.iter().copied().max().unwrap_or(1) as f64,
-        );
-        let x_range = (min_c * 0.8)..(max_c * 1.25);
+        // The client counts sit at evenly spaced positions (1, 16, 64 would crowd a
+        // linear axis and get unlabelled ticks on a log one), each labelled with its count.
+        let counts = &self.args.clients;
+        let x_range = -0.3..(counts.len().max(1) - 1) as f64 + 0.3;
+        let x_label = |x: &f64| {
+            let i = x.round();
+            match counts.get(i as usize) {
+                Some(c) if (x - i).abs() < 1e-6 && i >= 0.0 => c.to_string(),
+                _ => String::new(),
+            }
+        };
         for (col, &w) in self.args.workloads.iter().enumerate() {
             let lines: Vec<(Series, Vec<(f64, Aggregate)>)> = Series::ALL
                 .iter()
@@ -976,7 +982,8 @@ impl Report<'_> {
                         .args
                         .clients
                         .iter()
-                        .filter_map(|&c| agg.get(&(w, s, c)).map(|a| (c as f64, *a)))
+                        .enumerate()
+                        .filter_map(|(i, &c)| agg.get(&(w, s, c)).map(|a| (i as f64, *a)))
                         .collect();
                     (s, points)
                 })
@@ -991,14 +998,16 @@ impl Report<'_> {
                 .margin(12)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
-                .build_cartesian_2d(x_range.clone().log_scale(), 0.0..top * 1.15)
+                .build_cartesian_2d(x_range.clone(), 0.0..top * 1.15)
                 .map_err(|e| fail(&e))?;
             chart
                 .configure_mesh()
                 .x_desc("clients")
                 .y_desc("requests/s")
                 .light_line_style(TRANSPARENT)
-                .x_label_formatter(&|x| format!("{x:.0}"))
+                .disable_x_mesh()
+                .x_labels(counts.len() * 10 + 1)
+                .x_label_formatter(&x_label)
                 .y_label_formatter(&|y| format!("{y:.0}"))
                 .draw()
                 .map_err(|e| fail(&e))?;
@@ -1036,14 +1045,16 @@ impl Report<'_> {
                 .margin(12)
                 .x_label_area_size(40)
                 .y_label_area_size(70)
-                .build_cartesian_2d(x_range.clone().log_scale(), 0.0..top * 1.15)
+                .build_cartesian_2d(x_range.clone(), 0.0..top * 1.15)
                 .map_err(|e| fail(&e))?;
             chart
                 .configure_mesh()
                 .x_desc("clients")
                 .y_desc("ms")
                 .light_line_style(TRANSPARENT)
-                .x_label_formatter(&|x| format!("{x:.0}"))
+                .disable_x_mesh()
+                .x_labels(counts.len() * 10 + 1)
+                .x_label_formatter(&x_label)
                 .draw()
                 .map_err(|e| fail(&e))?;
             for (s, points) in &lines {
