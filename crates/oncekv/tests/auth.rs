@@ -11,7 +11,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Members, free_port, serve_member_with, wait_serving};
+use common::{free_port, start_founders_with, wait_serving};
 use oncekv_client::{Client, ClientConfig, Credentials};
 use oncekv_proto::SessionMeta;
 use oncekv_proto::etcdserverpb::auth_client::AuthClient;
@@ -91,29 +91,7 @@ async fn token(channel: &Channel, name: &str, password: &str) -> Result<String, 
 async fn auth_walk_through() {
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let initial = ports
-        .iter()
-        .enumerate()
-        .map(|(i, (_, p))| format!("n{}=http://127.0.0.1:{p}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let _members = Members(
-        ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                serve_member_with(
-                    dir.path(),
-                    &format!("n{}", i + 1),
-                    *p,
-                    &initial,
-                    false,
-                    Stdio::null(),
-                    &["--bcrypt-cost", "4"],
-                )
-            })
-            .collect(),
-    );
+    let _members = start_founders_with(dir.path(), &ports, 3, &["--bcrypt-cost", "4"]);
     let endpoints = ports
         .iter()
         .map(|(c, _)| format!("127.0.0.1:{c}"))

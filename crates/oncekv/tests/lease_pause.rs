@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Members, free_port, serve_member_with};
+use common::{free_port, start_founders_with};
 
 /// The leader's member id as `endpoint` sees it, and that member's own id (0s when it
 /// cannot say).
@@ -63,35 +63,17 @@ async fn value(client: &mut etcd_client::Client) -> Result<String, etcd_client::
 async fn a_leader_stopped_and_woken_serves_no_stale_read_under_its_lease() {
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let initial = ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("n{}=http://127.0.0.1:{}", i + 1, p.1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let flags = [
-        "--leader-lease-reads",
-        "--heartbeat-interval",
-        "50",
-        "--election-timeout",
-        "500",
-    ];
-    let members = Members(
-        ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                serve_member_with(
-                    dir.path(),
-                    &format!("n{}", i + 1),
-                    *p,
-                    &initial,
-                    false,
-                    Stdio::null(),
-                    &flags,
-                )
-            })
-            .collect(),
+    let members = start_founders_with(
+        dir.path(),
+        &ports,
+        3,
+        &[
+            "--leader-lease-reads",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+        ],
     );
     let endpoints: Vec<String> = ports
         .iter()

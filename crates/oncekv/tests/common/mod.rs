@@ -65,6 +65,16 @@ pub fn serve_member_with(
 /// Starts members `n1..=n{founders}` of a new cluster under `dir`, on the first
 /// `founders` of `ports` (client, peer), their stderr discarded.
 pub fn start_founders(dir: &std::path::Path, ports: &[(u16, u16)], founders: usize) -> Members {
+    start_founders_with(dir, ports, founders, &[])
+}
+
+/// [`start_founders`] with more flags for every member.
+pub fn start_founders_with(
+    dir: &std::path::Path,
+    ports: &[(u16, u16)],
+    founders: usize,
+    extra: &[&str],
+) -> Members {
     let initial = (0..founders)
         .map(|i| format!("n{}=http://127.0.0.1:{}", i + 1, ports[i].1))
         .collect::<Vec<_>>()
@@ -75,13 +85,14 @@ pub fn start_founders(dir: &std::path::Path, ports: &[(u16, u16)], founders: usi
             .take(founders)
             .enumerate()
             .map(|(i, p)| {
-                serve_member(
+                serve_member_with(
                     dir,
                     &format!("n{}", i + 1),
                     *p,
                     &initial,
                     false,
                     std::process::Stdio::null(),
+                    extra,
                 )
             })
             .collect(),
