@@ -372,21 +372,31 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     }
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for SmStore {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let (data, meta) = {
+impl SmStore {
+    /// Copies the state, encodes the copy and writes the snapshot file. Blocking: seconds
+    /// for a large history.
+    // openraft's StorageError is large; it is what the trait returns.
+    #[allow(clippy::result_large_err)]
+    fn build_snapshot_blocking(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        // Copy under the lock, encode after it: apply waits for this lock. The copy
+        // shares keys and values (`Bytes`), so it costs the maps' nodes, not the data.
+        let (sm, last, membership) = {
             let inner = self.applied.read();
-            let data = inner.sm.snapshot().map_err(sm_err)?;
-            let last = inner.last_applied;
-            let meta = SnapshotMeta {
-                last_log_id: last,
-                last_membership: inner.membership.clone(),
-                snapshot_id: match last {
-                    Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
-                    None => format!("empty-{}", data.len()),
-                },
-            };
-            (data, meta)
+            (
+                inner.sm.clone(),
+                inner.last_applied,
+                inner.membership.clone(),
+            )
+        };
+        let data = sm.snapshot().map_err(sm_err)?;
+        drop(sm);
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: membership,
+            snapshot_id: match last {
+                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
+                None => format!("empty-{}", data.len()),
+            },
         };
         let size = self
             .persist(&meta, &data)
@@ -396,5 +406,22 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
             meta,
             snapshot: Box::new(Cursor::new(data)),
         })
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SmStore {
+    #[allow(clippy::result_large_err)]
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        // On a thread of its own: run on the async runtime, encoding a history of
+        // hundreds of MB held a worker for seconds, and with every member snapshotting
+        // at the same index (as they do) no heartbeat went out meanwhile and the cluster
+        // changed leader. A simulation keeps it on the runtime, in seed order.
+        if self.disk.runs_on_runtime() {
+            return self.build_snapshot_blocking();
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.build_snapshot_blocking())
+            .await
+            .map_err(|e| sm_err(format!("the snapshot task failed: {e}")))?
     }
 }

@@ -27,7 +27,13 @@ fn counter(endpoint: &str, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_reads_skip_rounds_and_see_every_acknowledged_write() {
-    let c = TestCluster::start(3, |config| config.leader_lease_reads = true).await;
+    // A longer election timeout than the tests' usual 500 ms: a lease of 1.2 s, renewed
+    // every 0.6 s, so even a slow machine takes many reads per renewal.
+    let c = TestCluster::start(3, |config| {
+        config.leader_lease_reads = true;
+        config.election_timeout_ms = 1500;
+    })
+    .await;
     let leader = c.wait_leader(Duration::from_secs(20)).await;
     let (writer, reader) = ((leader + 1) % 3, (leader + 2) % 3);
     let mut on_writer = c.kv(writer).await;
@@ -53,7 +59,7 @@ async fn lease_reads_skip_rounds_and_see_every_acknowledged_write() {
     let rounds = counter(&at, "oncekv_read_index_rounds_total") - rounds;
     let leased = counter(&at, "oncekv_lease_reads_total") - leased;
     // 200 reads, all through the leader: nearly all under the lease (the first may need
-    // a round to take one); rounds only renew it, about one per 0.4 election timeouts.
+    // a round to take one); rounds only renew it, about one per 0.6 s.
     assert!(leased >= 150.0, "{leased} reads under the lease");
     assert!(
         rounds * 4.0 < leased,
