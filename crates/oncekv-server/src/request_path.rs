@@ -518,13 +518,19 @@ impl NodeCore {
     /// [`ReadBatcher`](crate::read_batch::ReadBatcher)); a follower asks the leader once
     /// per batch.
     pub async fn read_index(&self) -> Result<(), ProposeError> {
-        let index = match self.lease_read_index() {
-            Some(index) => index,
-            None => self.reads.read_index().await?,
-        };
+        let index = self.read_index_via(&self.reads).await?;
         // tokio's clock: the same as std's in production, simulated time in a simulation.
         let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
         Ok(self.applied.wait_applied(index, deadline).await?)
+    }
+
+    /// A read index: under the leader lease if this member holds one, else from a round
+    /// of `batcher`.
+    async fn read_index_via(&self, batcher: &Arc<ReadBatcher>) -> Result<u64, ProposeError> {
+        match self.lease_read_index() {
+            Some(index) => Ok(index),
+            None => batcher.read_index().await,
+        }
     }
 
     /// With `--leader-lease-reads`, on a leader whose lease of this term runs: its last
@@ -583,16 +589,10 @@ impl NodeCore {
     /// request is never forwarded again.
     pub(crate) async fn serve_forwarded(&self, req: Forwarded) -> ForwardedReply {
         match req {
-            Forwarded::ReadIndex => {
-                let index = match self.lease_read_index() {
-                    Some(index) => Ok(index),
-                    None => self.leader_reads.read_index().await,
-                };
-                match index {
-                    Ok(index) => ForwardedReply::ReadIndex(index),
-                    Err(e) => ForwardedReply::Error(e),
-                }
-            }
+            Forwarded::ReadIndex => match self.read_index_via(&self.leader_reads).await {
+                Ok(index) => ForwardedReply::ReadIndex(index),
+                Err(e) => ForwardedReply::Error(e),
+            },
             Forwarded::ProposeBatch(commands) => {
                 ForwardedReply::Responses(self.propose_forwarded(commands).await)
             }

@@ -100,6 +100,15 @@ impl ClientKind {
             ClientKind::Untracked => "untracked",
         }
     }
+
+    /// What `--connections` counts for this kind.
+    fn connections(self) -> &'static str {
+        match self {
+            ClientKind::Wire => "connections",
+            ClientKind::Tracked => "oncekv clients (exactly-once sessions)",
+            ClientKind::Untracked => "oncekv clients (no sessions)",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -308,11 +317,7 @@ async fn measure(common: &Common, workload: Workload, progress: bool) -> Result<
             workload.name(),
             common.clients,
             connections,
-            match common.client {
-                ClientKind::Wire => "connections",
-                ClientKind::Tracked => "oncekv clients (exactly-once sessions)",
-                ClientKind::Untracked => "oncekv clients (no sessions)",
-            },
+            common.client.connections(),
             targets.join(","),
             if common.target.leader_only {
                 " (the leader)"
@@ -678,11 +683,7 @@ impl Summary {
             self.label,
             self.clients,
             self.connections,
-            match self.client {
-                ClientKind::Wire => "connections",
-                ClientKind::Tracked => "oncekv clients (exactly-once)",
-                ClientKind::Untracked => "oncekv clients (untracked)",
-            },
+            self.client.connections(),
             if self.leader_only {
                 ", leader only"
             } else {

@@ -146,20 +146,41 @@ struct Run {
     series: Series,
     workload: CompareWorkload,
     clients: usize,
-    ok: u64,
     errors: u64,
-    seconds: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    /// CPU seconds the servers used during the run (all members).
-    server_cpu: f64,
     /// One-minute load average when the run started.
     load: f64,
+    figures: Figures,
 }
 
-impl Run {
+/// Requests completed, seconds, server CPU and latency: of one run, or of a series over
+/// all rounds (counts summed, percentiles the mean of the rounds').
+#[derive(Debug, Clone, Copy, Default)]
+struct Figures {
+    ok: u64,
+    seconds: f64,
+    /// CPU seconds the servers used (all members).
+    cpu: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+impl Figures {
+    /// Requests per second (0 for no time).
     fn rate(&self) -> f64 {
-        rate(self.ok, self.seconds)
+        if self.seconds > 0.0 {
+            self.ok as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// Server CPU per request, in microseconds.
+    fn cpu_per_op_us(&self) -> f64 {
+        if self.ok == 0 {
+            0.0
+        } else {
+            self.cpu / self.ok as f64 * 1e6
+        }
     }
 }
 
@@ -352,22 +373,24 @@ async fn measure_cluster(
                     series,
                     workload,
                     clients,
-                    ok: summary.ok,
                     errors: summary.errors,
-                    seconds: summary.seconds,
-                    p50_ms: summary.latency_ms[1],
-                    p99_ms: summary.latency_ms[3],
-                    server_cpu: cluster.cpu_seconds() - cpu_before,
                     load,
+                    figures: Figures {
+                        ok: summary.ok,
+                        seconds: summary.seconds,
+                        cpu: cluster.cpu_seconds() - cpu_before,
+                        p50_ms: summary.latency_ms[1],
+                        p99_ms: summary.latency_ms[3],
+                    },
                 };
                 eprintln!(
                     "  round {round} {:<36} {:<5} {clients:>4} clients: {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms  server CPU {:>5.1} µs/op{}",
                     series.name(),
                     workload.name(),
-                    run.rate(),
-                    run.p50_ms,
-                    run.p99_ms,
-                    per_op_us(run.server_cpu, run.ok),
+                    run.figures.rate(),
+                    run.figures.p50_ms,
+                    run.figures.p99_ms,
+                    run.figures.cpu_per_op_us(),
                     match &summary.first_error {
                         Some(e) => format!("  {} errors, the first: {e}", run.errors),
                         None => String::new(),
@@ -396,23 +419,6 @@ fn common(cluster: &Cluster, clients: usize, secs: f64, client: ClientKind, keys
         key_size: 8,
         key_space: keys,
         client,
-    }
-}
-
-/// Requests per second (0 for a run that took no time).
-fn rate(ok: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        ok as f64 / seconds
-    } else {
-        0.0
-    }
-}
-
-fn per_op_us(cpu: f64, ops: u64) -> f64 {
-    if ops == 0 {
-        0.0
-    } else {
-        cpu / ops as f64 * 1e6
     }
 }
 
@@ -684,24 +690,6 @@ fn utc_date(secs: u64) -> String {
     format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
 }
 
-/// Figures of one (workload, series, clients) over all rounds.
-#[derive(Debug, Clone, Copy, Default)]
-struct Aggregate {
-    ok: u64,
-    seconds: f64,
-    cpu: f64,
-    /// Mean of the rounds' percentiles.
-    p50_ms: f64,
-    p99_ms: f64,
-    rounds: usize,
-}
-
-impl Aggregate {
-    fn rate(&self) -> f64 {
-        rate(self.ok, self.seconds)
-    }
-}
-
 struct Report<'a> {
     args: &'a CompareArgs,
     runs: &'a [Run],
@@ -713,22 +701,25 @@ struct Report<'a> {
 type Key = (CompareWorkload, Series, usize);
 
 impl Report<'_> {
-    fn aggregates(&self) -> BTreeMap<Key, Aggregate> {
-        let mut out: BTreeMap<Key, Aggregate> = BTreeMap::new();
+    /// Each series' figures over all rounds.
+    fn aggregates(&self) -> BTreeMap<Key, Figures> {
+        let mut sums: BTreeMap<Key, (Figures, usize)> = BTreeMap::new();
         for r in self.runs {
-            let a = out.entry((r.workload, r.series, r.clients)).or_default();
-            a.ok += r.ok;
-            a.seconds += r.seconds;
-            a.cpu += r.server_cpu;
-            a.p50_ms += r.p50_ms;
-            a.p99_ms += r.p99_ms;
-            a.rounds += 1;
+            let (a, rounds) = sums.entry((r.workload, r.series, r.clients)).or_default();
+            a.ok += r.figures.ok;
+            a.seconds += r.figures.seconds;
+            a.cpu += r.figures.cpu;
+            a.p50_ms += r.figures.p50_ms;
+            a.p99_ms += r.figures.p99_ms;
+            *rounds += 1;
         }
-        for a in out.values_mut() {
-            a.p50_ms /= a.rounds.max(1) as f64;
-            a.p99_ms /= a.rounds.max(1) as f64;
-        }
-        out
+        sums.into_iter()
+            .map(|(key, (mut a, rounds))| {
+                a.p50_ms /= rounds as f64;
+                a.p99_ms /= rounds as f64;
+                (key, a)
+            })
+            .collect()
     }
 
     /// Rate of `a` over rate of `b` in each round both ran.
@@ -745,7 +736,7 @@ impl Report<'_> {
                 .find(|r| {
                     r.workload == w && r.series == s && r.clients == clients && r.round == round
                 })
-                .map(Run::rate)
+                .map(|r| r.figures.rate())
         };
         (1..=self.args.rounds)
             .filter_map(|round| match (rate(a, round), rate(b, round)) {
@@ -838,8 +829,8 @@ impl Report<'_> {
                     e.p99_ms,
                     o.p50_ms,
                     o.p99_ms,
-                    per_op_us(e.cpu, e.ok),
-                    per_op_us(o.cpu, o.ok),
+                    e.cpu_per_op_us(),
+                    o.cpu_per_op_us(),
                 );
             }
             let tracked = self
@@ -936,13 +927,13 @@ impl Report<'_> {
                 r.series.client().name(),
                 r.workload.name(),
                 r.clients,
-                r.ok,
+                r.figures.ok,
                 r.errors,
-                r.seconds,
-                r.rate(),
-                r.p50_ms,
-                r.p99_ms,
-                r.server_cpu,
+                r.figures.seconds,
+                r.figures.rate(),
+                r.figures.p50_ms,
+                r.figures.p99_ms,
+                r.figures.cpu,
                 r.load
             );
         }
@@ -982,7 +973,7 @@ impl Report<'_> {
             }
         };
         for (col, &w) in self.args.workloads.iter().enumerate() {
-            let lines: Vec<(Series, Vec<(f64, Aggregate)>)> = Series::ALL
+            let lines: Vec<(Series, Vec<(f64, Figures)>)> = Series::ALL
                 .iter()
                 .map(|&s| {
                     let points = self
@@ -1120,13 +1111,15 @@ mod tests {
             series,
             workload: CompareWorkload::Put,
             clients,
-            ok,
             errors: 0,
-            seconds,
-            p50_ms: round as f64,
-            p99_ms: 10.0 * round as f64,
-            server_cpu: ok as f64 * 1e-4,
             load: 0.0,
+            figures: Figures {
+                ok,
+                seconds,
+                cpu: ok as f64 * 1e-4,
+                p50_ms: round as f64,
+                p99_ms: 10.0 * round as f64,
+            },
         }
     }
 
