@@ -51,6 +51,13 @@ pub trait AppendFile: Send {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
     /// `fdatasync`: everything written so far survives a crash once this returns `Ok`.
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Reserves the file's blocks up to `len` bytes, zero-filled, so that appends within
+    /// them change no file size and their `fdatasync` has less metadata to commit. The
+    /// file's length becomes `len` (if it was shorter); the write position stays. A file
+    /// system that cannot answers `Unsupported` (the default).
+    fn preallocate(&mut self, _len: u64) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// A file open for positional reads.
@@ -125,6 +132,15 @@ impl AppendFile for File {
 
     fn sync_data(&mut self) -> io::Result<()> {
         File::sync_data(self)
+    }
+
+    fn preallocate(&mut self, len: u64) -> io::Result<()> {
+        use rustix::fs::FallocateFlags;
+        match rustix::fs::fallocate(&*self, FallocateFlags::empty(), 0, len) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::OPNOTSUPP) => Err(io::ErrorKind::Unsupported.into()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

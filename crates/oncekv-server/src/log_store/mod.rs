@@ -46,6 +46,9 @@
 //! byte table). A new segment starts when the active one reaches
 //! [`LogStoreOptions::segment_bytes`], and at every open, so a segment is written by one
 //! process lifetime only. `purge` deletes whole segments that hold only purged entries.
+//! A new segment's blocks are reserved up to `segment_bytes` (zeros past the header), so
+//! appends do not grow the file; a sealed segment is cut back to what was written, and
+//! recovery cuts the zeros off the newest one.
 //!
 //! Reads use an in-memory index (log index → segment, offset, length, crc) and keep the
 //! payloads of the newest entries in memory (up to [`LogStoreOptions::cache_bytes`]), so
@@ -249,7 +252,13 @@ impl<C: RaftTypeConfig> LogStore<C> {
             ..WriterShared::default()
         });
         #[allow(unused_mut)]
-        let mut writer = Writer::new(dir.clone(), disk.clone(), shared.clone(), next_batch);
+        let mut writer = Writer::new(
+            dir.clone(),
+            disk.clone(),
+            shared.clone(),
+            next_batch,
+            options.segment_bytes,
+        );
         #[cfg(test)]
         {
             writer.gate = options.sync_gate.clone();

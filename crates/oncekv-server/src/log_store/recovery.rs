@@ -23,6 +23,11 @@
 //!
 //! Every open then starts a fresh segment, so a segment is only ever written by one
 //! process lifetime and the rule above never sees a cut tail followed by newer batches.
+//!
+//! Zeros from a record boundary to the end of the newest segment are the space the writer
+//! reserved and had not reached: they are cut off quietly, not reported as a torn tail.
+//! An older segment never has them (the writer cuts a segment to its written length
+//! before it starts the next), so there they are damage like any other.
 
 use std::path::{Path, PathBuf};
 
@@ -105,6 +110,15 @@ pub(super) fn recover<C: RaftTypeConfig>(
                     pos = found.end();
                 }
                 Err(damage) => {
+                    if newest && buf[pos..].iter().all(|&b| b == 0) {
+                        // The space reserved past the last record (see the writer's
+                        // rotate), or a batch of which nothing reached the disk: either
+                        // way nothing was acknowledged there. Cut, so that this segment
+                        // reads as sealed once the next open starts a newer one.
+                        disk.truncate(&path, pos as u64)
+                            .map_err(|e| LogError::io("truncate", &path, e))?;
+                        break;
+                    }
                     if !newest {
                         let reason = format!(
                             "{}; a newer segment exists, so this one was sealed with fdatasync",

@@ -147,6 +147,12 @@ pub(super) struct Writer {
     shared: Arc<WriterShared>,
     /// The segment being appended to, its id and its length in bytes.
     current: Option<(u64, Box<dyn AppendFile>, u64)>,
+    /// Bytes to reserve in each new segment (see [`AppendFile::preallocate`]).
+    preallocate: u64,
+    /// The current segment may be longer than what was written (zeros reserved past it):
+    /// it is cut to its written length when sealed, so that only the newest segment ever
+    /// has such a tail (which recovery cuts off).
+    reserved_tail: bool,
     /// Records of the open batch, not yet written, and their encoded size.
     staged: Vec<Staged>,
     staged_bytes: u64,
@@ -164,12 +170,15 @@ impl Writer {
         disk: Arc<dyn Disk>,
         shared: Arc<WriterShared>,
         next_batch: u64,
+        preallocate: u64,
     ) -> Writer {
         Writer {
             dir,
             disk,
             shared,
             current: None,
+            preallocate,
+            reserved_tail: false,
             staged: Vec::new(),
             staged_bytes: 0,
             batch: next_batch,
@@ -328,6 +337,17 @@ impl Writer {
     /// Seals the current segment and starts segment `id`.
     fn rotate(&mut self, id: u64) -> Result<(), String> {
         self.write_and_sync()?;
+        if let Some((old, _, len)) = &self.current
+            && self.reserved_tail
+        {
+            // Before the next segment exists: recovery reads zeros past the last record as
+            // the end of the log only in the newest segment.
+            let path = self.dir.join(segment_file_name(*old));
+            self.disk
+                .truncate(&path, *len)
+                .map_err(|e| io_msg("cut the reserved tail of", &path, &e))?;
+            self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        }
         let path = self.dir.join(segment_file_name(id));
         let mut file = self
             .disk
@@ -339,6 +359,19 @@ impl Writer {
         };
         file.write_all(&header.encode())
             .map_err(|e| io_msg("write header of", &path, &e))?;
+        // Appends that stay inside reserved blocks leave the file's size and block map as
+        // they were, so each batch's fdatasync writes the data and little else (etcd
+        // preallocates its WAL segments for the same reason). Best effort: the log works
+        // the same without it.
+        self.reserved_tail = match file.preallocate(self.preallocate) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => false,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not reserve space for a log segment; appending without");
+                // A failed fallocate may still have reserved part of the range.
+                true
+            }
+        };
         file.sync_data()
             .map_err(|e| io_msg("fdatasync", &path, &e))?;
         self.disk
