@@ -368,8 +368,12 @@ impl Writer {
             Err(e) if e.kind() == io::ErrorKind::Unsupported => false,
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "could not reserve space for a log segment; appending without");
-                // A failed fallocate may still have reserved part of the range.
-                true
+                // A failed fallocate (a nearly full disk) may have reserved part of the
+                // range: give it back, the disk's last space is better spent on records.
+                self.disk
+                    .truncate(&path, FILE_HEADER_LEN as u64)
+                    .map_err(|e| io_msg("cut the reserved tail of", &path, &e))?;
+                false
             }
         };
         file.sync_data()
