@@ -20,7 +20,7 @@
 //! the task ends the watch with [`Error::Internal`] instead of passing it on.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -70,7 +70,6 @@ impl Client {
     ) -> Result<Watcher, Error> {
         let start_revision = options.start_revision();
         let shared = Arc::new(Shared {
-            next_revision: AtomicI64::new(start_revision),
             resumes: AtomicU64::new(0),
             endpoint: Mutex::new(None),
         });
@@ -94,10 +93,12 @@ impl Client {
             shared,
             task: Some(task),
             start_revision: start_revision.max(0),
+            next_revision: start_revision.max(0),
         };
         match created.await {
             Ok(Ok(start)) => {
                 watcher.start_revision = start;
+                watcher.next_revision = start;
                 Ok(watcher)
             }
             Ok(Err(e)) => Err(e),
@@ -135,19 +136,27 @@ impl Client {
 /// watch on the server too.
 #[derive(Debug)]
 pub struct Watcher {
-    responses: mpsc::Receiver<Result<WatchResponse, Error>>,
+    responses: mpsc::Receiver<Delivery>,
     control: mpsc::UnboundedSender<Control>,
     shared: Arc<Shared>,
     task: Option<JoinHandle<()>>,
     /// See [`start_revision`](Watcher::start_revision).
     start_revision: i64,
+    /// See [`next_revision`](Watcher::next_revision): moves as the caller takes responses,
+    /// not as the task queues them (the task may be far ahead, catching up on history).
+    next_revision: i64,
+}
+
+/// One item for the caller, with where delivery stands once the caller has it.
+#[derive(Debug)]
+struct Delivery {
+    item: Result<WatchResponse, Error>,
+    next_revision: i64,
 }
 
 /// What the caller's [`Watcher`] and its task share.
 #[derive(Debug)]
 struct Shared {
-    /// The first revision not yet delivered (0: "from now on", until the watch is created).
-    next_revision: AtomicI64,
     /// Times the watch was created again on a member after its stream failed.
     resumes: AtomicU64,
     /// The endpoint serving the watch now (`None` while between members).
@@ -165,7 +174,13 @@ impl Watcher {
     /// The next response, `Some(Err(_))` once if the watch ended with an error, or `None`
     /// when it has ended. Cancel-safe (may be used in `select!`).
     pub async fn next(&mut self) -> Option<Result<WatchResponse, Error>> {
-        self.responses.recv().await
+        let delivery = self.responses.recv().await?;
+        Some(self.take(delivery))
+    }
+
+    fn take(&mut self, delivery: Delivery) -> Result<WatchResponse, Error> {
+        self.next_revision = delivery.next_revision;
+        delivery.item
     }
 
     /// Asks the serving member for a progress notification (a response without events
@@ -193,11 +208,12 @@ impl Watcher {
         self.start_revision
     }
 
-    /// The first revision the watcher has not delivered: where it resumes after losing its
-    /// member, and where to watch again from after it ended. 0 for a watch "from now on"
-    /// that no member has created yet.
+    /// The first revision of which the caller has not been handed the events (by
+    /// [`next`](Self::next) or the stream): where to watch again from after the watch
+    /// ended. Responses the watcher has received but the caller has not taken yet do not
+    /// count, so once every revision up to `r` has been taken this is above `r`.
     pub fn next_revision(&self) -> i64 {
-        self.shared.next_revision.load(Ordering::Acquire)
+        self.next_revision
     }
 
     /// How often the watch was resumed on a member after its stream failed.
@@ -219,7 +235,9 @@ impl tokio_stream::Stream for Watcher {
     type Item = Result<WatchResponse, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.responses.poll_recv(cx)
+        self.responses
+            .poll_recv(cx)
+            .map(|delivery| delivery.map(|d| self.take(d)))
     }
 }
 
@@ -240,7 +258,7 @@ struct WatchTask {
     options: WatchOptions,
     cursor: Cursor,
     shared: Arc<Shared>,
-    responses: mpsc::Sender<Result<WatchResponse, Error>>,
+    responses: mpsc::Sender<Delivery>,
     control: mpsc::UnboundedReceiver<Control>,
     /// Answers [`Client::watch`]: `Ok` once a member answered the create request (or the
     /// error if none did). `None` once sent.
@@ -422,9 +440,6 @@ impl WatchTask {
                 watch_id = Some(response.watch_id);
             }
             let step = self.cursor.on_response(response, cancelling.is_some());
-            self.shared
-                .next_revision
-                .store(self.cursor.start(), Ordering::Release);
             if first {
                 self.set_endpoint(Some(url.clone()));
                 match self.created.take() {
@@ -482,7 +497,10 @@ impl WatchTask {
                 permit = self.responses.reserve() => {
                     return match permit {
                         Ok(permit) => {
-                            permit.send(item);
+                            permit.send(Delivery {
+                                item,
+                                next_revision: self.cursor.start(),
+                            });
                             true
                         }
                         Err(_) => false,

@@ -397,3 +397,41 @@ async fn a_member_without_a_leader_ends_the_watch_unless_allowed() {
     );
     assert_eq!(lenient.endpoint(), Some(cluster.endpoint(follower)));
 }
+
+// `next_revision` counts what the caller took, not what the watcher has queued: a watch
+// replaying history has every old event queued at once, and a loop `while
+// next_revision() <= target { next() }` must still read them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_revision_moves_as_the_caller_takes_responses() {
+    let cluster = TestCluster::start(3, |_| {}).await;
+    cluster.wait_leader(LEADER_WAIT).await;
+    let client = Client::connect(cluster.endpoints(), ClientConfig::default()).unwrap();
+    let first = client.put("h/0", "v").await.unwrap().header.revision;
+    let mut last = first;
+    for i in 1..30 {
+        last = client
+            .put(format!("h/{i}"), "v")
+            .await
+            .unwrap()
+            .header
+            .revision;
+    }
+    let options = WatchOptions::new().with_prefix().with_start_revision(first);
+    let mut watcher = client.watch("h/", options).await.unwrap();
+    // Time for the watcher to receive the whole history.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(watcher.next_revision(), first, "nothing taken yet");
+    let mut taken = Vec::new();
+    while watcher.next_revision() <= last {
+        let r = tokio::time::timeout(EVENTS_WAIT, watcher.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let top = r.events.last().map_or(0, |e| e.kv.mod_revision);
+        taken.extend(r.events.iter().map(|e| e.kv.mod_revision));
+        assert_eq!(watcher.next_revision(), top + 1, "past what was taken");
+    }
+    assert_eq!(taken, (first..=last).collect::<Vec<_>>());
+    watcher.cancel().await;
+}
