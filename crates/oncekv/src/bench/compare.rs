@@ -160,6 +160,8 @@ struct Figures {
     seconds: f64,
     /// CPU seconds the servers used (all members).
     cpu: f64,
+    /// CPU seconds the load generator (this process) used.
+    client_cpu: f64,
     p50_ms: f64,
     p99_ms: f64,
 }
@@ -176,11 +178,31 @@ impl Figures {
 
     /// Server CPU per request, in microseconds.
     fn cpu_per_op_us(&self) -> f64 {
-        if self.ok == 0 {
-            0.0
+        per_op_us(self.cpu, self.ok)
+    }
+
+    /// The load generator's CPU per request, in microseconds.
+    fn client_cpu_per_op_us(&self) -> f64 {
+        per_op_us(self.client_cpu, self.ok)
+    }
+
+    /// The most requests per second this machine could complete with this load generator
+    /// however little the server cost: every CPU spent on the load generator alone.
+    fn ceiling(&self, cpus: usize) -> f64 {
+        let us = self.client_cpu_per_op_us();
+        if us > 0.0 {
+            cpus as f64 * 1e6 / us
         } else {
-            self.cpu / self.ok as f64 * 1e6
+            0.0
         }
+    }
+}
+
+fn per_op_us(cpu_seconds: f64, ok: u64) -> f64 {
+    if ok == 0 {
+        0.0
+    } else {
+        cpu_seconds / ok as f64 * 1e6
     }
 }
 
@@ -355,6 +377,7 @@ async fn measure_cluster(
                 );
                 let load = load_average();
                 let cpu_before = cluster.cpu_seconds();
+                let client_cpu_before = process_cpu_seconds(std::process::id());
                 let summary: Summary = super::measure(
                     &c,
                     match workload {
@@ -379,6 +402,7 @@ async fn measure_cluster(
                         ok: summary.ok,
                         seconds: summary.seconds,
                         cpu: cluster.cpu_seconds() - cpu_before,
+                        client_cpu: process_cpu_seconds(std::process::id()) - client_cpu_before,
                         p50_ms: summary.latency_ms[1],
                         p99_ms: summary.latency_ms[3],
                     },
@@ -709,6 +733,7 @@ impl Report<'_> {
             a.ok += r.figures.ok;
             a.seconds += r.figures.seconds;
             a.cpu += r.figures.cpu;
+            a.client_cpu += r.figures.client_cpu;
             a.p50_ms += r.figures.p50_ms;
             a.p99_ms += r.figures.p99_ms;
             *rounds += 1;
@@ -806,11 +831,11 @@ impl Report<'_> {
             };
             let _ = writeln!(
                 md,
-                "| clients | etcd req/s | oncekv req/s | oncekv/etcd | per round | etcd p50 / p99 ms | oncekv p50 / p99 ms | server CPU µs/req etcd / oncekv |"
+                "| clients | etcd req/s | oncekv req/s | oncekv/etcd | per round | etcd p50 / p99 ms | oncekv p50 / p99 ms | server CPU µs/req etcd / oncekv | load generator CPU µs/req etcd / oncekv |"
             );
             let _ = writeln!(
                 md,
-                "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |"
+                "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
             );
             for &c in &self.args.clients {
                 let e = agg.get(&(w, Series::Etcd, c)).copied().unwrap_or_default();
@@ -820,7 +845,7 @@ impl Report<'_> {
                     .unwrap_or_default();
                 let _ = writeln!(
                     md,
-                    "| {c} | {:.0} | {:.0} | **{}** | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} / {:.0} |",
+                    "| {c} | {:.0} | {:.0} | **{}** | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} / {:.0} | {:.0} / {:.0} |",
                     e.rate(),
                     o.rate(),
                     ratio(o.rate(), e.rate()),
@@ -831,7 +856,31 @@ impl Report<'_> {
                     o.p99_ms,
                     e.cpu_per_op_us(),
                     o.cpu_per_op_us(),
+                    e.client_cpu_per_op_us(),
+                    o.client_cpu_per_op_us(),
                 );
+            }
+            // What the machine allows at the most clients: a ratio to etcd cannot exceed
+            // this, however cheap oncekv's side, since the load runs on the same CPUs.
+            if let Some(&c) = self.args.clients.iter().max() {
+                let e = agg.get(&(w, Series::Etcd, c)).copied().unwrap_or_default();
+                let o = agg
+                    .get(&(w, Series::Oncekv, c))
+                    .copied()
+                    .unwrap_or_default();
+                let ceiling = o.ceiling(cpus());
+                if ceiling > 0.0 && e.rate() > 0.0 {
+                    let _ = writeln!(
+                        md,
+                        "\nThe load generator shares the machine: at {c} clients it spent {:.0} µs \
+                         of CPU per request against oncekv, so {} CPUs complete at most {:.0} \
+                         requests/s even with a server that cost nothing: {} etcd's rate.",
+                        o.client_cpu_per_op_us(),
+                        cpus(),
+                        ceiling,
+                        ratio(ceiling, e.rate()),
+                    );
+                }
             }
             let tracked = self
                 .args
@@ -912,12 +961,12 @@ impl Report<'_> {
 
     fn csv(&self) -> String {
         let mut out = String::from(
-            "round,server,client,workload,clients,ok,errors,seconds,rate,p50_ms,p99_ms,server_cpu_s,load\n",
+            "round,server,client,workload,clients,ok,errors,seconds,rate,p50_ms,p99_ms,server_cpu_s,client_cpu_s,load\n",
         );
         for r in self.runs {
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{:.3},{:.1},{:.3},{:.3},{:.2},{:.2}",
+                "{},{},{},{},{},{},{},{:.3},{:.1},{:.3},{:.3},{:.2},{:.2},{:.2}",
                 r.round,
                 if r.series == Series::Etcd {
                     "etcd"
@@ -934,6 +983,7 @@ impl Report<'_> {
                 r.figures.p50_ms,
                 r.figures.p99_ms,
                 r.figures.cpu,
+                r.figures.client_cpu,
                 r.load
             );
         }
@@ -1117,6 +1167,7 @@ mod tests {
                 ok,
                 seconds,
                 cpu: ok as f64 * 1e-4,
+                client_cpu: ok as f64 * 5e-5,
                 p50_ms: round as f64,
                 p99_ms: 10.0 * round as f64,
             },
@@ -1173,6 +1224,13 @@ mod tests {
         );
         // No run at 1 client: the row says so instead of dividing by zero.
         assert!(md.contains("| 1 | 0 | 0 | **-** | - |"), "{md}");
+        // The load generator's 50 µs per request: 2 CPUs complete at most 40,000/s.
+        assert!((o.client_cpu_per_op_us() - 50.0).abs() < 1e-9);
+        assert!((o.ceiling(2) - 40_000.0).abs() < 1e-6);
+        assert!(
+            md.contains("at 64 clients it spent 50 µs of CPU per request against oncekv"),
+            "{md}"
+        );
         let csv = report.csv();
         assert_eq!(csv.lines().count(), 5);
         assert!(
