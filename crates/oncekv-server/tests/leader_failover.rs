@@ -4,7 +4,9 @@
 //! openraft refuses votes while a voter's leader lease (= `election_timeout_max`) runs, so
 //! the first candidate is always refused and failover takes about one lease plus one more
 //! randomized timeout: up to two election timeouts (`election_timeout_max`) by construction.
-//! Measured here: 1.57-2.03 s with timeouts of 500..1000 ms.
+//! Measured here: 1.57-2.03 s with timeouts of 500..1000 ms. The two members left can also
+//! split their votes (both time out within a round trip of each other and vote for
+//! themselves): then one more randomized timeout, about 2.7 s here (2 runs in 26).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -56,7 +58,7 @@ async fn writer(
 
 // Raft's promise to clients: losing the leader costs an election, not acknowledged data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_stopped_under_load_writes_resume_within_two_election_timeouts() {
+async fn leader_stopped_under_load_writes_resume_within_three_election_timeouts() {
     let mut cluster = TestCluster::start(3, |_| {}).await;
     let leader = cluster.wait_leader(LEADER_WAIT).await;
     let election_timeout_max = Duration::from_millis(cluster.configs[0].election_timeout_ms * 2);
@@ -108,12 +110,13 @@ async fn leader_stopped_under_load_writes_resume_within_two_election_timeouts() 
         w.await.unwrap();
     }
     // openraft's worst case is itself two timeouts (a lease, then one more randomized
-    // timer), so a fixed allowance covers scheduling on a loaded 2-core machine.
+    // timer), three with one split vote, so a fixed allowance covers scheduling on a
+    // loaded 2-core machine.
     let allowance = Duration::from_millis(300);
     assert!(
-        resumed <= 2 * election_timeout_max + allowance,
-        "writes resumed after {resumed:?}, more than two election timeouts ({:?}) + {allowance:?}",
-        2 * election_timeout_max
+        resumed <= 3 * election_timeout_max + allowance,
+        "writes resumed after {resumed:?}, more than three election timeouts ({:?}) + {allowance:?}",
+        3 * election_timeout_max
     );
 
     let new_leader = cluster.wait_leader(LEADER_WAIT).await;
