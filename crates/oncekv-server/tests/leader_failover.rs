@@ -4,9 +4,9 @@
 //! openraft refuses votes while a voter's leader lease (= `election_timeout_max`) runs, so
 //! the first candidate is always refused and failover takes about one lease plus one more
 //! randomized timeout: up to two election timeouts (`election_timeout_max`) by construction.
-//! Measured here: 1.57-2.03 s with timeouts of 500..1000 ms. The two members left can also
-//! split their votes (both time out within a round trip of each other and vote for
-//! themselves): then one more randomized timeout, about 2.7 s here (2 runs in 26).
+//! Measured here: 1.57-2.03 s with timeouts of 500..1000 ms, and rarely about 2.7 s (2 runs
+//! in 26): one more randomized timeout, as when the two members left split their votes
+//! (both time out within a round trip of each other and vote for themselves).
 #![allow(clippy::unwrap_used)]
 
 mod common;
