@@ -874,7 +874,7 @@ impl Report<'_> {
                         md,
                         "\nThe load generator shares the machine: at {c} clients it spent {:.0} µs \
                          of CPU per request against oncekv, so {} CPUs complete at most {:.0} \
-                         requests/s even with a server that cost nothing: {} etcd's rate.",
+                         requests/s even with a server that cost nothing, {} times etcd's rate.",
                         o.client_cpu_per_op_us(),
                         cpus(),
                         ceiling,
