@@ -46,7 +46,7 @@
 //! byte table). A new segment starts when the active one reaches
 //! [`LogStoreOptions::segment_bytes`], and at every open, so a segment is written by one
 //! process lifetime only. `purge` deletes whole segments that hold only purged entries.
-//! A new segment's blocks are reserved up to `segment_bytes` (zeros past the header), so
+//! A segment's blocks are kept reserved (zeros) a few MiB ahead of its records, so
 //! appends do not grow the file; a sealed segment is cut back to what was written, and
 //! recovery cuts the zeros off the newest one.
 //!

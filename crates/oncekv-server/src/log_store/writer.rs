@@ -140,6 +140,10 @@ impl SyncGate {
     }
 }
 
+/// How far ahead of its records a segment is kept reserved: one `fallocate` per this many
+/// bytes appended, and what an idle member holds.
+const RESERVE_AHEAD: u64 = 4 << 20;
+
 /// The writer's private state.
 pub(super) struct Writer {
     dir: PathBuf,
@@ -147,8 +151,11 @@ pub(super) struct Writer {
     shared: Arc<WriterShared>,
     /// The segment being appended to, its id and its length in bytes.
     current: Option<(u64, Box<dyn AppendFile>, u64)>,
-    /// Bytes to reserve in each new segment (see [`AppendFile::preallocate`]).
-    preallocate: u64,
+    /// How far ahead of the records to keep the current segment reserved (see
+    /// [`AppendFile::preallocate`]).
+    reserve_step: u64,
+    /// Where the current segment's reservation ends, while the file system grants them.
+    reserved_to: Option<u64>,
     /// The current segment may be longer than what was written (zeros reserved past it):
     /// it is cut to its written length when sealed, so that only the newest segment ever
     /// has such a tail (which recovery cuts off).
@@ -170,14 +177,15 @@ impl Writer {
         disk: Arc<dyn Disk>,
         shared: Arc<WriterShared>,
         next_batch: u64,
-        preallocate: u64,
+        segment_bytes: u64,
     ) -> Writer {
         Writer {
             dir,
             disk,
             shared,
             current: None,
-            preallocate,
+            reserve_step: segment_bytes.clamp(1, RESERVE_AHEAD),
+            reserved_to: None,
             reserved_tail: false,
             staged: Vec::new(),
             staged_bytes: 0,
@@ -310,9 +318,25 @@ impl Writer {
             buf.extend_from_slice(&s.payload);
             max_seq = max_seq.max(s.seq);
         }
+        let end = *len + buf.len() as u64;
+        if let Some(reserved) = self.reserved_to
+            && end > reserved
+        {
+            let target = end + self.reserve_step;
+            self.reserved_to = match file.preallocate(target) {
+                Ok(()) => Some(target),
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::Unsupported {
+                        tracing::warn!(path = %path.display(), error = %e, "could not reserve more space for a log segment; appending without");
+                    }
+                    // Whatever was reserved is cut off when the segment is sealed.
+                    None
+                }
+            };
+        }
         file.write_all(&buf)
             .map_err(|e| io_msg("write to", &path, &e))?;
-        *len += buf.len() as u64;
+        *len = end;
         self.shared
             .written_seq
             .fetch_max(max_seq, Ordering::Release);
@@ -361,11 +385,13 @@ impl Writer {
             .map_err(|e| io_msg("write header of", &path, &e))?;
         // Appends that stay inside reserved blocks leave the file's size and block map as
         // they were, so each batch's fdatasync writes the data and little else (etcd
-        // preallocates its WAL segments for the same reason). Best effort: the log works
-        // the same without it.
-        self.reserved_tail = match file.preallocate(self.preallocate) {
-            Ok(()) => true,
-            Err(e) if e.kind() == io::ErrorKind::Unsupported => false,
+        // preallocates its WAL segments for the same reason). The reservation moves ahead
+        // of the records a step at a time, so an idle member holds one step, not a
+        // segment. Best effort: the log works the same without it.
+        let first = FILE_HEADER_LEN as u64 + self.reserve_step;
+        (self.reserved_tail, self.reserved_to) = match file.preallocate(first) {
+            Ok(()) => (true, Some(first)),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => (false, None),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "could not reserve space for a log segment; appending without");
                 // A failed fallocate (a nearly full disk) may have reserved part of the
@@ -373,7 +399,7 @@ impl Writer {
                 self.disk
                     .truncate(&path, FILE_HEADER_LEN as u64)
                     .map_err(|e| io_msg("cut the reserved tail of", &path, &e))?;
-                false
+                (false, None)
             }
         };
         file.sync_data()
