@@ -111,8 +111,8 @@ pub(super) fn recover<C: RaftTypeConfig>(
                 }
                 Err(damage) => {
                     if newest && buf[pos..].iter().all(|&b| b == 0) {
-                        // The space reserved past the last record (see the writer's
-                        // rotate), or a batch of which nothing reached the disk: either
+                        // The space reserved past the last record (see the writer),
+                        // or a batch of which nothing reached the disk: either
                         // way nothing was acknowledged there. Cut, so that this segment
                         // reads as sealed once the next open starts a newer one.
                         disk.truncate(&path, pos as u64)

@@ -154,7 +154,8 @@ pub(super) struct Writer {
     /// How far ahead of the records to keep the current segment reserved (see
     /// [`AppendFile::preallocate`]).
     reserve_step: u64,
-    /// Where the current segment's reservation ends, while the file system grants them.
+    /// Where the current segment's reservation ends; `None` once the file system refused
+    /// one (the segment then grows as it is written).
     reserved_to: Option<u64>,
     /// The current segment may be longer than what was written (zeros reserved past it):
     /// it is cut to its written length when sealed, so that only the newest segment ever
@@ -318,18 +319,27 @@ impl Writer {
             buf.extend_from_slice(&s.payload);
             max_seq = max_seq.max(s.seq);
         }
+        // Appends that stay inside reserved blocks leave the file's size and block map as
+        // they were, so each batch's fdatasync writes the data and little else (etcd
+        // preallocates its WAL segments for the same reason). The reservation moves ahead
+        // of the records a step at a time, so an idle member holds one step, not a
+        // segment. Best effort: the log works the same without it.
         let end = *len + buf.len() as u64;
         if let Some(reserved) = self.reserved_to
             && end > reserved
         {
             let target = end + self.reserve_step;
             self.reserved_to = match file.preallocate(target) {
-                Ok(()) => Some(target),
+                Ok(()) => {
+                    self.reserved_tail = true;
+                    Some(target)
+                }
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => None,
                 Err(e) => {
-                    if e.kind() != io::ErrorKind::Unsupported {
-                        tracing::warn!(path = %path.display(), error = %e, "could not reserve more space for a log segment; appending without");
-                    }
-                    // Whatever was reserved is cut off when the segment is sealed.
+                    tracing::warn!(path = %path.display(), error = %e, "could not reserve space for a log segment; appending without");
+                    // A failed fallocate (a nearly full disk) may have reserved part of
+                    // the range: records fill it, and sealing cuts what they leave.
+                    self.reserved_tail = true;
                     None
                 }
             };
@@ -383,25 +393,9 @@ impl Writer {
         };
         file.write_all(&header.encode())
             .map_err(|e| io_msg("write header of", &path, &e))?;
-        // Appends that stay inside reserved blocks leave the file's size and block map as
-        // they were, so each batch's fdatasync writes the data and little else (etcd
-        // preallocates its WAL segments for the same reason). The reservation moves ahead
-        // of the records a step at a time, so an idle member holds one step, not a
-        // segment. Best effort: the log works the same without it.
-        let first = FILE_HEADER_LEN as u64 + self.reserve_step;
-        (self.reserved_tail, self.reserved_to) = match file.preallocate(first) {
-            Ok(()) => (true, Some(first)),
-            Err(e) if e.kind() == io::ErrorKind::Unsupported => (false, None),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "could not reserve space for a log segment; appending without");
-                // A failed fallocate (a nearly full disk) may have reserved part of the
-                // range: give it back, the disk's last space is better spent on records.
-                self.disk
-                    .truncate(&path, FILE_HEADER_LEN as u64)
-                    .map_err(|e| io_msg("cut the reserved tail of", &path, &e))?;
-                (false, None)
-            }
-        };
+        // The first batch reserves the segment's first step (see `write_and_sync`).
+        self.reserved_to = Some(FILE_HEADER_LEN as u64);
+        self.reserved_tail = false;
         file.sync_data()
             .map_err(|e| io_msg("fdatasync", &path, &e))?;
         self.disk
