@@ -130,6 +130,12 @@ impl Connector {
         })
     }
 
+    /// Opens one connection to `uri`'s host and port (for protocols other than gRPC on
+    /// the same network: the peers' framed raft connections).
+    pub fn dial(&self, uri: Uri) -> BoxFuture<'static, io::Result<Conn>> {
+        (self.0)(uri)
+    }
+
     /// A lazily connecting channel to `endpoint` that dials through this connector.
     /// Must be called inside a tokio runtime.
     pub fn channel(&self, endpoint: &Endpoint) -> Channel {

@@ -16,13 +16,117 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
-use tonic::transport::server::Connected;
 
 /// How long a new connection may take to send its first bytes.
 pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Implements `AsyncWrite` and tonic's `Connected` for a connection wrapper `$wrapper<IO>`
+/// by passing both through to its field `$field`: the wrappers of this crate change only
+/// what is read (a deadline for the first bytes, bytes put back, a rewritten header).
+macro_rules! write_through {
+    ($wrapper:ident, $field:ident) => {
+        impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $wrapper<IO>
+        where
+            $wrapper<IO>: Unpin,
+        {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_write(cx, buf)
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_shutdown(cx)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$field).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.$field.is_write_vectored()
+            }
+        }
+
+        impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected
+            for $wrapper<IO>
+        {
+            type ConnectInfo = IO::ConnectInfo;
+
+            fn connect_info(&self) -> Self::ConnectInfo {
+                self.$field.connect_info()
+            }
+        }
+    };
+}
+pub(crate) use write_through;
+
+/// `incoming`'s connections, each passed through `prepare` in a task of its own (a TLS
+/// handshake, a look at the first bytes) so that a slow one holds up no other; the server
+/// gets what `prepare` yields in the order they finish (`None`: the connection is dealt
+/// with, or dropped). Accepting stops when the server stops reading (the listener, in
+/// `incoming`, is dropped with the accepting task and the port freed).
+pub fn prepare_each<S, IO, T, F, Fut>(
+    incoming: S,
+    prepare: F,
+) -> Pin<Box<dyn futures::Stream<Item = io::Result<T>> + Send>>
+where
+    S: futures::Stream<Item = io::Result<IO>> + Send + 'static,
+    IO: Send + 'static,
+    T: Send + 'static,
+    F: Fn(IO) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<T>> + Send + 'static,
+{
+    use futures::StreamExt;
+    let (done, ready) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut incoming = std::pin::pin!(incoming);
+        loop {
+            let conn = tokio::select! {
+                conn = incoming.next() => match conn {
+                    Some(conn) => conn,
+                    None => return,
+                },
+                () = done.closed() => return,
+            };
+            let io = match conn {
+                Ok(io) => io,
+                Err(e) => {
+                    if done.send(Err(e)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let (prepared, done) = (prepare(io), done.clone());
+            tokio::spawn(async move {
+                if let Some(conn) = prepared.await {
+                    let _ = done.send(Ok(conn)).await;
+                }
+            });
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(ready))
+}
 
 /// A connection holding one of its port's slots until it is dropped.
 #[derive(Debug)]
@@ -61,43 +165,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
-
-impl<IO: Connected> Connected for Guarded<IO> {
-    type ConnectInfo = IO::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
+write_through!(Guarded, io);
 
 /// `incoming` with at most `max` connections open at once, each closed if silent for
 /// [`FIRST_BYTES_TIMEOUT`] after it was accepted.

@@ -33,9 +33,8 @@ use crate::error::ProposeError;
 use crate::membership::{Changed, MemberChange, MembershipError};
 use crate::network::PeerChannels;
 use crate::pb::oncekv::ForwardRequest;
+use crate::peer_wire::{CallError, Method};
 use crate::proposer::next_batch;
-#[cfg(feature = "sim")]
-use crate::transport::MessageKind;
 use crate::types::{Member, NodeId};
 
 /// A request a follower hands to the leader over the peer service (postcard inside the
@@ -365,41 +364,33 @@ fn unexpected(reply: &ForwardedReply) -> ProposeError {
     ProposeError::Internal(format!("unexpected reply from leader: {reply:?}"))
 }
 
-/// Sends one [`Forwarded`] request to `leader` over the peer service. A
+/// Sends one [`Forwarded`] request to `leader` on a framed peer connection. A
 /// [`ForwardedReply::Error`] comes back as that error.
 async fn forward_rpc(
     route: &Route,
     leader: NodeId,
     req: &Forwarded,
 ) -> Result<ForwardedReply, ProposeError> {
-    let (peers, timeout) = (&route.peers, route.timeout);
     let url = route.peer_url(leader).ok_or(ProposeError::NoLeader)?;
     let payload = postcard::to_allocvec(req).map_err(|e| ProposeError::Internal(e.to_string()))?;
-    let mut client = peers
-        .raft_client(&url)
-        .map_err(ProposeError::PeerUnreachable)?;
-    let payload = bytes::Bytes::from(payload);
-    // Simulation only: the network may deliver this message a second time, later.
-    #[cfg(feature = "sim")]
-    if let Some(delay) = peers.duplicate(MessageKind::Forward) {
-        let (mut copy_client, copy) = (client.clone(), payload.clone());
-        let copy_peers = peers.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let mut request = tonic::Request::new(ForwardRequest { payload: copy });
-            request.set_timeout(timeout);
-            copy_peers.tag(&mut request);
-            let _ = copy_client.forward(request).await;
-        });
-    }
-    let mut request = tonic::Request::new(ForwardRequest { payload });
-    request.set_timeout(timeout);
-    peers.tag(&mut request);
-    let reply = client.forward(request).await.map_err(|s| match s.code() {
-        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => ProposeError::Timeout,
-        _ => ProposeError::NoLeader,
-    })?;
-    let reply: ForwardedReply = postcard::from_bytes(&reply.into_inner().payload)
+    let reply = route
+        .peers
+        .call(&url, Method::Forward, &payload, route.timeout)
+        .await
+        .map_err(|e| match e {
+            CallError::Timeout => ProposeError::Timeout,
+            CallError::Status(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+                ) =>
+            {
+                ProposeError::Timeout
+            }
+            // Not reached, refused or cut off: the caller looks for the leader again.
+            _ => ProposeError::NoLeader,
+        })?;
+    let reply: ForwardedReply = postcard::from_bytes(&reply)
         .map_err(|e| ProposeError::Internal(format!("bad reply from leader: {e}")))?;
     match reply {
         ForwardedReply::Error(e) => Err(e),

@@ -1,10 +1,12 @@
-//! Raft traffic between oncekv servers, over gRPC.
+//! Raft traffic between oncekv servers: framed connections on the peer port
+//! ([`crate::peer_wire`]) for raft messages and forwards, gRPC for the rest.
 //!
-//! One tonic channel per peer, created lazily and reused by every RPC to that peer (a
-//! channel multiplexes requests over one HTTP/2 connection and reconnects by itself).
-//! Every RPC has a deadline. A peer that cannot be connected to is reported as
-//! [`Unreachable`], so openraft backs off instead of hammering it. openraft's messages
-//! travel as postcard bytes inside the `oncekv.Raft` service's opaque payloads.
+//! Raft messages go on framed connections, pooled per peer, one call per connection at a
+//! time; the other peer calls (a joining member's `Identify`, health and hash checks) on
+//! one tonic channel per peer, created lazily (a channel multiplexes requests over one
+//! HTTP/2 connection and reconnects by itself). Every call has a deadline. A peer that
+//! cannot be connected to is reported as [`Unreachable`], so openraft backs off instead
+//! of hammering it. openraft's messages travel as postcard bytes either way.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,8 +24,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::pb::oncekv::RaftRequest;
 use crate::pb::oncekv::raft_client::RaftClient;
+use crate::peer_wire::{CallError, Dialer, Method, WirePool};
 use crate::transport::Connector;
 #[cfg(feature = "sim")]
 use crate::transport::{Duplicator, MessageKind};
@@ -61,6 +63,8 @@ pub struct PeerChannels {
     max_message: usize,
     /// How channels connect: tokio TCP when `None`, else this (a simulation's network).
     connector: Option<Connector>,
+    /// Framed connections for raft messages and forwards (see [`crate::peer_wire`]).
+    wire: WirePool,
     /// Messages the network delivers twice (a simulation's network only).
     #[cfg(feature = "sim")]
     duplicator: Option<Arc<dyn Duplicator>>,
@@ -74,6 +78,7 @@ impl PeerChannels {
             connect_timeout,
             max_message,
             connector: None,
+            wire: WirePool::default(),
             #[cfg(feature = "sim")]
             duplicator: None,
         }
@@ -148,6 +153,45 @@ impl PeerChannels {
         Ok(ch)
     }
 
+    /// Sends `payload` as `method` to the member at `url` over a framed connection and
+    /// returns the answer's payload. Only once this member knows its identity (every
+    /// framed connection names the sender's cluster and member).
+    pub async fn call(
+        &self,
+        url: &str,
+        method: Method,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        let hello = *self.identity.get().ok_or_else(|| {
+            CallError::Unreachable("this member does not know its cluster yet".into())
+        })?;
+        let dialer = Dialer {
+            connector: self.connector.clone(),
+            connect_timeout: self.connect_timeout,
+        };
+        // Simulation only: the network may deliver this message a second time, later;
+        // the copy's reply goes nowhere (the caller sent one request and sees one answer).
+        #[cfg(feature = "sim")]
+        if let Some(delay) = self.duplicate(method.kind()) {
+            let (peers, url, copy, dialer) = (
+                self.clone(),
+                url.to_string(),
+                payload.to_vec(),
+                dialer.clone(),
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = (peers.wire)
+                    .call(&dialer, &url, hello, method, &copy, timeout)
+                    .await;
+            });
+        }
+        self.wire
+            .call(&dialer, url, hello, method, payload, timeout)
+            .await
+    }
+
     pub fn raft_client(&self, url: &str) -> Result<RaftClient<Channel>, String> {
         Ok(RaftClient::new(self.channel(url)?)
             .max_decoding_message_size(self.max_message)
@@ -181,12 +225,6 @@ pub struct PeerClient {
     peers: PeerChannels,
 }
 
-/// Whether a gRPC failure means the peer could not be reached at all (connect refused,
-/// DNS, connection reset) as opposed to a slow or failed call.
-fn is_unreachable(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable
-}
-
 impl PeerClient {
     async fn call<Req, Resp, E>(
         &mut self,
@@ -201,29 +239,18 @@ impl PeerClient {
     {
         let payload =
             postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut client = self
-            .peers
-            .raft_client(&self.url)
-            .map_err(|e| unreachable_err(&e))?;
-        let payload = bytes::Bytes::from(payload);
-        #[cfg(feature = "sim")]
-        if let Some(delay) = self.peers.duplicate(method.kind()) {
-            // The copy's reply is dropped: openraft sent one request and sees one answer.
-            let (mut copy_client, copy) = (client.clone(), payload.clone());
-            let peers = self.peers.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = send(&mut copy_client, method, copy, timeout, &peers).await;
-            });
-        }
-        let reply = send(&mut client, method, payload, timeout, &self.peers).await;
-        let reply = match reply {
-            Ok(r) => r.into_inner(),
-            Err(status) if is_unreachable(&status) => return Err(unreachable_err(&status)),
-            Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
+        let reply = match self.peers.call(&self.url, method, &payload, timeout).await {
+            Ok(reply) => reply,
+            // Unreachable makes openraft back off instead of retrying at once; so does a
+            // member that refuses to vote yet.
+            Err(e @ CallError::Unreachable(_)) => return Err(unreachable_err(&e)),
+            Err(CallError::Status(s)) if s.code() == tonic::Code::Unavailable => {
+                return Err(unreachable_err(&s.message()));
+            }
+            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
-        let result: Result<Resp, RaftError<NodeId, E>> = postcard::from_bytes(&reply.payload)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            postcard::from_bytes(&reply).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -235,41 +262,6 @@ fn unreachable_err<E: std::error::Error>(
         std::io::ErrorKind::NotConnected,
         e.to_string(),
     )))
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Method {
-    Append,
-    Vote,
-    Snapshot,
-}
-
-#[cfg(feature = "sim")]
-impl Method {
-    fn kind(self) -> MessageKind {
-        match self {
-            Method::Append => MessageKind::AppendEntries,
-            Method::Vote => MessageKind::Vote,
-            Method::Snapshot => MessageKind::InstallSnapshot,
-        }
-    }
-}
-
-async fn send(
-    client: &mut RaftClient<Channel>,
-    method: Method,
-    payload: bytes::Bytes,
-    timeout: Duration,
-    peers: &PeerChannels,
-) -> Result<tonic::Response<crate::pb::oncekv::RaftReply>, tonic::Status> {
-    let mut request = tonic::Request::new(RaftRequest { payload });
-    request.set_timeout(timeout);
-    peers.tag(&mut request);
-    match method {
-        Method::Append => client.append_entries(request).await,
-        Method::Vote => client.vote(request).await,
-        Method::Snapshot => client.install_snapshot(request).await,
-    }
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {

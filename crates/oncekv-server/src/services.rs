@@ -27,6 +27,7 @@ use crate::pb::oncekv::session_server::SessionServer;
 use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
 use crate::pb::v3electionpb::election_server::ElectionServer;
 use crate::pb::v3lockpb::lock_server::LockServer;
+use crate::peer_wire::Method;
 use crate::request_path::NodeCore;
 
 /// gRPC's own allowance on top of `--max-request-bytes`, as etcd has: a request between
@@ -155,7 +156,7 @@ where
     S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
-    let gate_core = core.clone();
+    let (gate_core, split_core) = (core.clone(), core.clone());
     let limit = crate::network::peer_message_limit(core.config());
     let service = RaftServer::new(PeerService { core })
         .max_decoding_message_size(limit)
@@ -170,14 +171,18 @@ where
         .http2_keepalive_timeout(Some(timeout))
         .layer(crate::peer_gate::PeerGate { core: gate_core })
         .add_service(service)
-        .serve_with_incoming_shutdown(incoming, stopped(stop))
+        .serve_with_incoming_shutdown(
+            crate::peer_wire::split(incoming, split_core, stop.clone()),
+            stopped(stop),
+        )
         .await;
     if let Err(e) = result {
         tracing::error!("peer server stopped: {e}");
     }
 }
 
-/// The receiving side of [`crate::network::PeerClient`].
+/// The receiving side of [`crate::network::PeerClient`] over gRPC (the framed
+/// connections of [`crate::peer_wire`] carry the same calls).
 #[derive(Debug)]
 struct PeerService {
     core: Arc<NodeCore>,
@@ -188,10 +193,53 @@ fn decode<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
         .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
 }
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<RaftReply, Status> {
-    postcard::to_allocvec(value)
-        .map(|v| RaftReply { payload: v.into() })
-        .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))
+fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Status> {
+    postcard::to_allocvec(value).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))
+}
+
+/// Serves one peer call, whichever way it came: `payload` is the postcard request of
+/// `method`, the result the postcard answer. An `outsider` (a sender naming no cluster)
+/// may only ask `Identify`.
+pub(crate) async fn serve_peer_call(
+    core: &NodeCore,
+    method: Method,
+    payload: &[u8],
+    outsider: bool,
+) -> Result<Vec<u8>, Status> {
+    match method {
+        Method::Append => encode(&core.raft().append_entries(decode(payload)?).await),
+        Method::Vote => {
+            if !core.voting_allowed() {
+                return Err(Status::unavailable(
+                    "this member has just started and votes for nobody yet (leader-lease reads)",
+                ));
+            }
+            encode(&core.raft().vote(decode(payload)?).await)
+        }
+        Method::Snapshot => encode(&core.raft().install_snapshot(decode(payload)?).await),
+        Method::Forward => {
+            let req: Forwarded = decode(payload)?;
+            if outsider && !matches!(req, Forwarded::Identify { .. }) {
+                return Err(Status::permission_denied(
+                    "oncekv: only members of this cluster may forward requests",
+                ));
+            }
+            encode(&core.serve_forwarded(req).await)
+        }
+    }
+}
+
+impl PeerService {
+    async fn serve(
+        &self,
+        method: Method,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let payload = serve_peer_call(&self.core, method, &request.into_inner().payload, false)
+            .await?
+            .into();
+        Ok(Response::new(RaftReply { payload }))
+    }
 }
 
 #[tonic::async_trait]
@@ -200,29 +248,18 @@ impl RaftRpc for PeerService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req = decode(&request.into_inner().payload)?;
-        let result = self.core.raft().append_entries(req).await;
-        Ok(Response::new(encode(&result)?))
+        self.serve(Method::Append, request).await
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        if !self.core.voting_allowed() {
-            return Err(Status::unavailable(
-                "this member has just started and votes for nobody yet (leader-lease reads)",
-            ));
-        }
-        let req = decode(&request.into_inner().payload)?;
-        let result = self.core.raft().vote(req).await;
-        Ok(Response::new(encode(&result)?))
+        self.serve(Method::Vote, request).await
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req = decode(&request.into_inner().payload)?;
-        let result = self.core.raft().install_snapshot(req).await;
-        Ok(Response::new(encode(&result)?))
+        self.serve(Method::Snapshot, request).await
     }
 
     async fn forward(
@@ -233,14 +270,14 @@ impl RaftRpc for PeerService {
             .extensions()
             .get::<crate::peer_gate::Outsider>()
             .is_some();
-        let req: Forwarded = decode(&request.into_inner().payload)?;
-        if outsider && !matches!(req, Forwarded::Identify { .. }) {
-            return Err(Status::permission_denied(
-                "oncekv: only members of this cluster may forward requests",
-            ));
-        }
-        let reply = self.core.serve_forwarded(req).await;
-        let payload = encode(&reply)?.payload;
+        let payload = serve_peer_call(
+            &self.core,
+            Method::Forward,
+            &request.into_inner().payload,
+            outsider,
+        )
+        .await?
+        .into();
         Ok(Response::new(ForwardReply { payload }))
     }
 }

@@ -161,52 +161,32 @@ where
         return Box::pin(incoming.map(|conn| conn.map(MaybeTls::Plain)));
     };
     // Handshakes finish in any order; the server sees connections as they complete.
-    let (done, ready) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut incoming = std::pin::pin!(incoming);
-        loop {
-            // Once the server stops reading connections, stop accepting: the listener
-            // (in `incoming`) is dropped with this task and the port freed.
-            let conn = tokio::select! {
-                conn = incoming.next() => match conn {
-                    Some(conn) => conn,
-                    None => return,
-                },
-                () = done.closed() => return,
-            };
-            let io = match conn {
-                Ok(io) => io,
-                Err(e) => {
-                    if done.send(Err(e)).await.is_err() {
-                        return;
-                    }
-                    continue;
+    crate::conn_guard::prepare_each(incoming, move |io| {
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+        async move {
+            match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor.accept(io)).await {
+                Ok(Ok(stream)) => {
+                    let identity = CertIdentity {
+                        common_name: stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|certs| certs.first())
+                            .and_then(|cert| common_name(cert)),
+                    };
+                    Some(MaybeTls::Tls(Box::new(stream), identity))
                 }
-            };
-            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
-            let done = done.clone();
-            tokio::spawn(async move {
-                match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor.accept(io)).await {
-                    Ok(Ok(stream)) => {
-                        let identity = CertIdentity {
-                            common_name: stream
-                                .get_ref()
-                                .1
-                                .peer_certificates()
-                                .and_then(|certs| certs.first())
-                                .and_then(|cert| common_name(cert)),
-                        };
-                        let _ = done
-                            .send(Ok(MaybeTls::Tls(Box::new(stream), identity)))
-                            .await;
-                    }
-                    Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
-                    Err(_) => tracing::debug!("TLS handshake timed out"),
+                Ok(Err(e)) => {
+                    tracing::debug!("TLS handshake failed: {e}");
+                    None
                 }
-            });
+                Err(_) => {
+                    tracing::debug!("TLS handshake timed out");
+                    None
+                }
+            }
         }
-    });
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(ready))
+    })
 }
 
 /// The subject's common name in a DER certificate.

@@ -88,16 +88,7 @@ async fn strangers_are_refused_before_their_messages_are_read() {
     assert_ne!(err.code(), tonic::Code::Ok);
     // A sender naming this cluster (its id is no secret: every response header carries
     // it) passes the gate, but no message past the member's limit (a few MiB) is read.
-    let cluster_id = MaintenanceClient::connect(format!("http://{client}"))
-        .await
-        .unwrap()
-        .status(StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .header
-        .unwrap()
-        .cluster_id;
+    let cluster_id = cluster_id(&client).await;
     for call in appends(&peer, &garbage, Some(cluster_id)) {
         let status = call
             .await
@@ -134,5 +125,92 @@ async fn strangers_are_refused_before_their_messages_are_read() {
     let mut raw = std::net::TcpStream::connect(format!("127.0.0.1:{}", ports.1)).unwrap();
     let _ = raw.write_all(&[0x17; 4096]);
     drop(raw);
+    assert!(etcdctl_put(&client), "the member stopped serving");
+}
+
+/// The cluster id a member at `client` reports (no secret: every response carries it).
+async fn cluster_id(client: &str) -> u64 {
+    MaintenanceClient::connect(format!("http://{client}"))
+        .await
+        .unwrap()
+        .status(StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .cluster_id
+}
+
+/// A framed peer connection (`oncekv_server::peer_wire`) to `port`, opened as a sender
+/// naming `cluster` and member 1.
+fn framed(port: u16, cluster: u64) -> std::net::TcpStream {
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut opening = b"OKVPEER1".to_vec();
+    opening.extend_from_slice(&cluster.to_le_bytes());
+    opening.extend_from_slice(&1u64.to_le_bytes());
+    conn.write_all(&opening).unwrap();
+    conn
+}
+
+/// Sends a frame announcing `len` payload bytes of `method` (only `payload` follows) and
+/// reads the reply: its code (0 = an answer, else a gRPC code) and payload.
+fn frame_call(
+    conn: &mut std::net::TcpStream,
+    method: u8,
+    len: u32,
+    payload: &[u8],
+) -> (u8, Vec<u8>) {
+    use std::io::Read;
+    let mut frame = len.to_le_bytes().to_vec();
+    frame.push(method);
+    frame.extend_from_slice(payload);
+    conn.write_all(&frame).unwrap();
+    let mut head = [0u8; 5];
+    conn.read_exact(&mut head).unwrap();
+    let mut reply = vec![0u8; u32::from_le_bytes(head[..4].try_into().unwrap()) as usize];
+    conn.read_exact(&mut reply).unwrap();
+    (head[4], reply)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framed_peer_connections_refuse_strangers_oversized_and_unknown_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let (members, ports) = serve_single(dir.path(), &[]);
+    let pid = members.0[0].id();
+    let client = format!("127.0.0.1:{}", ports.0);
+    wait_serving(&client);
+    let cluster_id = cluster_id(&client).await;
+    let before = rss(pid);
+
+    // Another cluster: refused with the reason, before any request is read.
+    let mut other = framed(ports.1, 0x1234);
+    let (code, reason) = frame_call(&mut other, 2, 1, b"x");
+    assert_eq!(code, tonic::Code::PermissionDenied as u8);
+    let reason = String::from_utf8_lossy(&reason);
+    assert!(reason.contains("belongs to cluster 1234"), "{reason}");
+
+    // This cluster: an undecodable message is refused and the connection goes on; an
+    // unknown method likewise.
+    let mut conn = framed(ports.1, cluster_id);
+    let (code, _) = frame_call(&mut conn, 1, 7, b"garbage");
+    assert_eq!(code, tonic::Code::InvalidArgument as u8);
+    let (code, _) = frame_call(&mut conn, 99, 1, b"x");
+    assert_eq!(code, tonic::Code::Unimplemented as u8);
+    // A frame announcing 200 MiB is refused from its length, nothing allocated for it.
+    for _ in 0..4 {
+        let mut conn = framed(ports.1, cluster_id);
+        let (code, reason) = frame_call(&mut conn, 1, 200 << 20, b"");
+        assert_eq!(code, tonic::Code::ResourceExhausted as u8);
+        assert!(String::from_utf8_lossy(&reason).contains("over this member's limit"));
+    }
+    let after = rss(pid);
+    assert!(
+        after < before + (64 << 20),
+        "oversized frames cost the member {} MiB",
+        (after.saturating_sub(before)) >> 20
+    );
     assert!(etcdctl_put(&client), "the member stopped serving");
 }

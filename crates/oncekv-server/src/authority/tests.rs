@@ -7,6 +7,7 @@ use super::*;
 use httlib_hpack::Encoder;
 use loona_hpack::Decoder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::server::Connected;
 
 type Headers = Vec<(Vec<u8>, Vec<u8>)>;
 /// A header block being read back: stream, END_STREAM, priority fields, fragments.

@@ -1,0 +1,594 @@
+//! Raft messages and forwarded requests between members as length-prefixed frames on
+//! plain connections of the peer port, instead of gRPC calls.
+//!
+//! Why: every raft round trip (an append to each follower, a follower's forward to the
+//! leader) sits on a write's critical path, and as a gRPC call it passes through HTTP/2
+//! framing, hyper's connection task and a spawned stream task on both sides. Here the
+//! caller writes its frame and reads the answer on a connection it holds alone, and the
+//! receiving member handles frames in the connection's own task.
+//!
+//! The protocol, on the same port as the peer gRPC service (told apart by the first
+//! bytes, after TLS when the port speaks it):
+//!
+//! - the caller opens with [`MAGIC`], then its cluster id and member id (u64 LE each);
+//! - a request is `len: u32 LE | method: u8 | payload[len]` (postcard, as in gRPC);
+//! - a reply is `len: u32 LE | code: u8 | payload[len]`: code 0 carries the postcard
+//!   answer, any other code is a gRPC status code and the payload its UTF-8 message.
+//!
+//! A connection carries one request at a time; a caller with several outstanding (a
+//! forwarder with a few batches in flight) holds several connections. A member refuses
+//! a caller naming another cluster (the [`PeerGate`](crate::peer_gate::PeerGate) rule)
+//! and frames larger than [`peer_message_limit`](crate::network::peer_message_limit).
+//! An outsider that does not know the cluster yet (a joining member) uses gRPC's
+//! `Forward`, which the gate keeps to `Identify`.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufStream};
+use tokio::sync::watch;
+
+use crate::request_path::NodeCore;
+use crate::transport::{Conn, Connector};
+
+/// The first bytes of a framed peer connection. An HTTP/2 connection starts with
+/// `PRI * HTTP/2.0`, so the two never agree on the first byte.
+pub const MAGIC: &[u8; 8] = b"OKVPEER1";
+
+/// A reply code meaning "the payload is the answer".
+const OK: u8 = 0;
+
+/// How long a framed connection may sit idle on the receiving side before it is closed:
+/// a caller that vanished without closing (a partition, a killed host) must not hold a
+/// task and a connection slot for good. A caller notices the close before reusing it.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Idle connections kept per peer for reuse; more are closed after their call.
+const MAX_IDLE_PER_PEER: usize = 8;
+
+/// What a frame asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Append = 1,
+    Vote = 2,
+    Snapshot = 3,
+    Forward = 4,
+}
+
+impl Method {
+    fn from_u8(b: u8) -> Option<Method> {
+        match b {
+            1 => Some(Method::Append),
+            2 => Some(Method::Vote),
+            3 => Some(Method::Snapshot),
+            4 => Some(Method::Forward),
+            _ => None,
+        }
+    }
+
+    /// The simulation's name for this message.
+    #[cfg(feature = "sim")]
+    pub fn kind(self) -> crate::transport::MessageKind {
+        use crate::transport::MessageKind;
+        match self {
+            Method::Append => MessageKind::AppendEntries,
+            Method::Vote => MessageKind::Vote,
+            Method::Snapshot => MessageKind::InstallSnapshot,
+            Method::Forward => MessageKind::Forward,
+        }
+    }
+
+    /// Raft messages may be sent twice (raft is built for a network that duplicates);
+    /// a forwarded write of a client without a session may not.
+    fn resendable(self) -> bool {
+        !matches!(self, Method::Forward)
+    }
+}
+
+/// Why a framed call failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// No connection could be made.
+    Unreachable(String),
+    /// No answer within the call's deadline.
+    Timeout,
+    /// The connection broke or carried something unreadable.
+    Broken(String),
+    /// The member answered with a gRPC status instead of a result.
+    Status(tonic::Status),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unreachable(e) => write!(f, "peer unreachable: {e}"),
+            CallError::Timeout => f.write_str("peer call timed out"),
+            CallError::Broken(e) => write!(f, "peer connection broke: {e}"),
+            CallError::Status(s) => write!(f, "peer refused: {}", s.message()),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+type Stream = BufStream<Conn>;
+
+/// Framed connections to peers, pooled per peer URL (shared by every clone).
+#[derive(Debug, Clone, Default)]
+pub struct WirePool {
+    idle: Arc<Mutex<HashMap<String, Vec<Stream>>>>,
+}
+
+impl WirePool {
+    /// Sends `payload` as `method` to the member at `url` and returns its answer's
+    /// payload, all within `timeout`. `hello` is this member's (cluster id, member id).
+    pub async fn call(
+        &self,
+        dial: &Dialer,
+        url: &str,
+        hello: (u64, u64),
+        method: Method,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, CallError> {
+        let frame = request_frame(method, payload)?;
+        let attempt = async {
+            if let Some(mut conn) = self.take(url) {
+                match exchange(&mut conn, &frame).await {
+                    Ok(reply) => {
+                        self.put_back(url, conn);
+                        return reply;
+                    }
+                    // A reused connection the member closed between our check and our
+                    // write (it restarted, or timed the connection out): a raft message
+                    // goes again on a fresh one. A forward does not: it may have been
+                    // read and executed before the connection broke.
+                    Err(e) if method.resendable() => {
+                        tracing::debug!(url, "reused peer connection failed ({e}), redialing");
+                    }
+                    Err(e) => return Err(CallError::Broken(e.to_string())),
+                }
+            }
+            let mut conn = self.dial(dial, url, hello).await?;
+            let reply = exchange(&mut conn, &frame)
+                .await
+                .map_err(|e| CallError::Broken(e.to_string()))?;
+            self.put_back(url, conn);
+            reply
+        };
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .map_err(|_| CallError::Timeout)?
+    }
+
+    /// An idle connection to `url` the member has not closed.
+    fn take(&self, url: &str) -> Option<Stream> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let conns = idle.get_mut(url)?;
+        while let Some(mut conn) = conns.pop() {
+            // An idle connection has nothing to read: readable means closed (or a
+            // member speaking out of turn), either way not reusable.
+            if conn.fill_buf().now_or_never().is_none() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn put_back(&self, url: &str, conn: Stream) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let conns = idle.entry(url.to_string()).or_default();
+        if conns.len() < MAX_IDLE_PER_PEER {
+            conns.push(conn);
+        }
+    }
+
+    async fn dial(&self, dial: &Dialer, url: &str, hello: (u64, u64)) -> Result<Stream, CallError> {
+        let conn = dial
+            .dial(url)
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        let mut conn = BufStream::new(conn);
+        let mut opening = Vec::with_capacity(MAGIC.len() + 16);
+        opening.extend_from_slice(MAGIC);
+        opening.extend_from_slice(&hello.0.to_le_bytes());
+        opening.extend_from_slice(&hello.1.to_le_bytes());
+        // Buffered: it goes out with the first request, in one segment.
+        conn.write_all(&opening)
+            .await
+            .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        Ok(conn)
+    }
+}
+
+/// How framed connections are opened: through the node's [`Connector`] (TLS, or a
+/// simulation's network) or plain TCP.
+#[derive(Debug, Clone)]
+pub struct Dialer {
+    pub connector: Option<Connector>,
+    pub connect_timeout: Duration,
+}
+
+impl Dialer {
+    async fn dial(&self, url: &str) -> io::Result<Conn> {
+        let uri: tonic::transport::Uri = url
+            .parse()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{url:?}: {e}")))?;
+        let connect = async {
+            if let Some(c) = &self.connector {
+                return c.dial(uri).await;
+            }
+            let host = uri.host().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{url} has no host"))
+            })?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let port = uri.port_u16().unwrap_or(80);
+            let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+            tcp.set_nodelay(true)?;
+            Ok(Conn::new(tcp))
+        };
+        tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("connecting to {url}")))?
+    }
+}
+
+fn request_frame(method: Method, payload: &[u8]) -> Result<Vec<u8>, CallError> {
+    let len = u32::try_from(payload.len())
+        .map_err(|_| CallError::Broken(format!("a {} byte message", payload.len())))?;
+    let mut frame = Vec::with_capacity(5 + payload.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.push(method as u8);
+    frame.extend_from_slice(payload);
+    Ok(frame)
+}
+
+/// Writes one request and reads its reply. `Err` is a broken connection; `Ok(Err)` a
+/// member's refusal (the connection is still usable).
+async fn exchange(conn: &mut Stream, frame: &[u8]) -> io::Result<Result<Vec<u8>, CallError>> {
+    conn.write_all(frame).await?;
+    conn.flush().await?;
+    let mut head = [0u8; 5];
+    conn.read_exact(&mut head).await?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let mut payload = vec![0u8; len];
+    conn.read_exact(&mut payload).await?;
+    if head[4] == OK {
+        return Ok(Ok(payload));
+    }
+    let message = String::from_utf8_lossy(&payload).into_owned();
+    Ok(Err(CallError::Status(tonic::Status::new(
+        tonic::Code::from(i32::from(head[4])),
+        message,
+    ))))
+}
+
+/// A connection whose first bytes were read to tell framed from gRPC, handed to the gRPC
+/// server with those bytes put back in front.
+#[derive(Debug)]
+pub struct Sniffed<IO> {
+    prefix: Vec<u8>,
+    read: usize,
+    io: IO,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Sniffed<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.read < this.prefix.len() {
+            let rest = &this.prefix[this.read..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            this.read += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+crate::conn_guard::write_through!(Sniffed, io);
+
+/// Reads up to [`MAGIC`]'s length from `io`, stopping at the first byte that differs
+/// from it. `true` when the whole magic came.
+async fn sniff<IO: AsyncRead + Unpin>(io: &mut IO, got: &mut Vec<u8>) -> io::Result<bool> {
+    let mut buf = [0u8; 8];
+    while got.len() < MAGIC.len() {
+        let want = MAGIC.len() - got.len();
+        let n = io.read(&mut buf[..want]).await?;
+        if n == 0 {
+            return Ok(false);
+        }
+        got.extend_from_slice(&buf[..n]);
+        if got[..] != MAGIC[..got.len().min(MAGIC.len())] {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The peer port's connections, framed ones served here and the rest (gRPC) passed on
+/// for tonic with their first bytes put back.
+pub fn split<S, IO>(
+    incoming: S,
+    core: Arc<NodeCore>,
+    stop: watch::Receiver<bool>,
+) -> Pin<Box<dyn futures::Stream<Item = io::Result<Sniffed<IO>>> + Send>>
+where
+    S: futures::Stream<Item = io::Result<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    crate::conn_guard::prepare_each(incoming, move |mut io: IO| {
+        let (core, stop) = (core.clone(), stop.clone());
+        async move {
+            let mut prefix = Vec::with_capacity(MAGIC.len());
+            let sniffed = tokio::time::timeout(
+                crate::conn_guard::FIRST_BYTES_TIMEOUT,
+                sniff(&mut io, &mut prefix),
+            )
+            .await;
+            match sniffed {
+                Ok(Ok(true)) => {
+                    serve_framed(io, core, stop).await;
+                    None
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!("peer connection failed before a request: {e}");
+                    None
+                }
+                // Not ours, or silent: gRPC's server decides what it is.
+                Ok(Ok(false)) | Err(_) => Some(Sniffed {
+                    prefix,
+                    read: 0,
+                    io,
+                }),
+            }
+        }
+    })
+}
+
+/// Serves one framed connection (its magic already read) until the caller closes it,
+/// breaks the protocol, idles past [`IDLE_TIMEOUT`], or the node stops.
+async fn serve_framed<IO>(io: IO, core: Arc<NodeCore>, mut stop: watch::Receiver<bool>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut conn = BufStream::new(io);
+    let limit = crate::network::peer_message_limit(core.config());
+    let served = async {
+        let mut hello = [0u8; 16];
+        conn.read_exact(&mut hello).await?;
+        let cluster = u64::from_le_bytes(hello[..8].try_into().unwrap_or_default());
+        if cluster != core.cluster_id() {
+            let refusal = tonic::Status::permission_denied(format!(
+                "oncekv: the sender belongs to cluster {cluster:x}, this member to cluster {:x}",
+                core.cluster_id()
+            ));
+            return write_reply(&mut conn, Err(refusal)).await;
+        }
+        loop {
+            let mut head = [0u8; 5];
+            match tokio::time::timeout(IDLE_TIMEOUT, conn.read_exact(&mut head)).await {
+                Ok(read) => read?,
+                Err(_) => return Ok(()),
+            };
+            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            if len > limit {
+                let refusal = tonic::Status::resource_exhausted(format!(
+                    "oncekv: a peer message of {len} bytes is over this member's limit of {limit}"
+                ));
+                return write_reply(&mut conn, Err(refusal)).await;
+            }
+            let mut payload = vec![0u8; len];
+            conn.read_exact(&mut payload).await?;
+            let reply = match Method::from_u8(head[4]) {
+                Some(method) => {
+                    crate::services::serve_peer_call(&core, method, &payload, false).await
+                }
+                None => Err(tonic::Status::unimplemented(format!(
+                    "oncekv: unknown peer method {}",
+                    head[4]
+                ))),
+            };
+            write_reply(&mut conn, reply).await?;
+        }
+    };
+    tokio::select! {
+        result = served => {
+            if let Err(e) = result
+                && e.kind() != io::ErrorKind::UnexpectedEof
+            {
+                tracing::debug!("framed peer connection ended: {e}");
+            }
+        }
+        _ = stop.wait_for(|s| *s) => {}
+    }
+}
+
+async fn write_reply<IO: AsyncWrite + AsyncRead + Unpin>(
+    conn: &mut BufStream<IO>,
+    reply: Result<Vec<u8>, tonic::Status>,
+) -> io::Result<()> {
+    let (code, payload) = match reply {
+        Ok(payload) => (OK, payload),
+        Err(status) => (
+            status.code() as i32 as u8,
+            status.message().as_bytes().to_vec(),
+        ),
+    };
+    let len = u32::try_from(payload.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "reply over 4 GiB"))?;
+    conn.write_all(&len.to_le_bytes()).await?;
+    conn.write_all(&[code]).await?;
+    conn.write_all(&payload).await?;
+    conn.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A stand-in member: accepts framed connections, checks the opening, echoes each
+    /// request's payload with its method byte appended, and closes a connection after
+    /// `replies_per_conn` replies. Counts the connections it accepted.
+    async fn echo_member(replies_per_conn: usize) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut opening = [0u8; 24];
+                    conn.read_exact(&mut opening).await?;
+                    assert_eq!(&opening[..8], MAGIC);
+                    assert_eq!(opening[8..16], 7u64.to_le_bytes());
+                    for _ in 0..replies_per_conn {
+                        let mut head = [0u8; 5];
+                        conn.read_exact(&mut head).await?;
+                        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+                        let mut payload = vec![0u8; len as usize];
+                        conn.read_exact(&mut payload).await?;
+                        payload.push(head[4]);
+                        let mut reply = (payload.len() as u32).to_le_bytes().to_vec();
+                        reply.push(OK);
+                        reply.extend_from_slice(&payload);
+                        conn.write_all(&reply).await?;
+                    }
+                    io::Result::Ok(())
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    fn dialer() -> Dialer {
+        Dialer {
+            connector: None,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_reuse_one_connection() {
+        let (url, accepted) = echo_member(usize::MAX).await;
+        let pool = WirePool::default();
+        for i in 0..5u8 {
+            let reply = pool
+                .call(
+                    &dialer(),
+                    &url,
+                    (7, 1),
+                    Method::Append,
+                    &[i],
+                    Duration::from_secs(5),
+                )
+                .await
+                .expect("call");
+            assert_eq!(reply, vec![i, Method::Append as u8]);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_member_closed_is_not_reused() {
+        // The member closes every connection after one reply (as a restarted member's
+        // old connections are gone): each call must get a fresh one and succeed, a
+        // forward included (which is never sent twice).
+        let (url, accepted) = echo_member(1).await;
+        let pool = WirePool::default();
+        for (i, method) in [Method::Vote, Method::Forward, Method::Append]
+            .into_iter()
+            .enumerate()
+        {
+            // Let the close arrive before the next call looks at the idle connection.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let reply = pool
+                .call(
+                    &dialer(),
+                    &url,
+                    (7, 1),
+                    method,
+                    b"m",
+                    Duration::from_secs(5),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("call {i}: {e}"));
+            assert_eq!(reply, vec![b'm', method as u8]);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_member_that_does_not_answer_times_out_and_one_that_is_down_is_unreachable() {
+        // Accepts and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (pool, dialer) = (WirePool::default(), dialer());
+        let vote = |timeout| pool.call(&dialer, &url, (7, 1), Method::Vote, b"v", timeout);
+        let err = vote(Duration::from_millis(200))
+            .await
+            .expect_err("no answer");
+        assert!(matches!(err, CallError::Timeout), "{err}");
+        drop(listener);
+        let err = vote(Duration::from_secs(5))
+            .await
+            .expect_err("nobody listening");
+        assert!(matches!(err, CallError::Unreachable(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn sniffing_tells_framed_from_http2_and_gives_the_bytes_back() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .expect("write");
+        let mut prefix = Vec::new();
+        assert!(!sniff(&mut b, &mut prefix).await.expect("sniff"));
+        assert_eq!(
+            prefix, b"PRI * HT",
+            "read no further than the magic's length"
+        );
+        let mut sniffed = Sniffed {
+            prefix,
+            read: 0,
+            io: b,
+        };
+        let mut all = vec![0u8; 24];
+        sniffed.read_exact(&mut all).await.expect("read");
+        assert_eq!(&all, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+
+        // The magic split over two writes is still the magic.
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&MAGIC[..3]).await.expect("write");
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            a.write_all(&MAGIC[3..]).await
+        });
+        let mut prefix = Vec::new();
+        assert!(sniff(&mut b, &mut prefix).await.expect("sniff"));
+        writer.await.expect("join").expect("write");
+
+        // A prefix of the magic, then something else: not framed.
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(b"OKVPEERX").await.expect("write");
+        let mut prefix = Vec::new();
+        assert!(!sniff(&mut b, &mut prefix).await.expect("sniff"));
+        assert_eq!(prefix, b"OKVPEERX");
+    }
+}
