@@ -169,6 +169,7 @@ impl PeerChannels {
         let dialer = Dialer {
             connector: self.connector.clone(),
             connect_timeout: self.connect_timeout,
+            max_message: self.max_message,
         };
         // Simulation only: the network may deliver this message a second time, later;
         // the copy's reply goes nowhere (the caller sent one request and sees one answer).

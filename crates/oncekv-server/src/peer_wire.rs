@@ -30,7 +30,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufStream};
 use tokio::sync::watch;
 
 use crate::request_path::NodeCore;
@@ -116,12 +116,35 @@ impl std::fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
-type Stream = BufStream<Conn>;
+/// A caller's framed connection to one member. A call abandoned at its deadline leaves
+/// the connection usable (the member answers requests in order, so the late reply is
+/// recognised and skipped): a member that is slow or hung keeps the connections it has
+/// instead of being sent a new one per heartbeat.
+#[derive(Debug)]
+struct PeerConn {
+    io: Conn,
+    /// Bytes received and not yet taken as a reply. Reading appends here, which is safe
+    /// to cancel (a reply half received stays half received).
+    read: bytes::BytesMut,
+    /// Replies still due: the current call's plus those of abandoned calls.
+    owed: u32,
+    /// A request write was cut short by a deadline: the member would read the next
+    /// request as the rest of that one, so the connection is done for.
+    torn: bool,
+    /// The connection has been in the pool (a failure on it may be a close by the member
+    /// while it sat idle, rather than the member being unreachable).
+    reused: bool,
+}
 
 /// Framed connections to peers, pooled per peer URL (shared by every clone).
 #[derive(Debug, Clone, Default)]
 pub struct WirePool {
-    idle: Arc<Mutex<HashMap<String, Vec<Stream>>>>,
+    idle: Arc<Mutex<HashMap<String, Vec<PeerConn>>>>,
+    /// One connection attempt per peer at a time: a member that is hung (stopped, not
+    /// dead) leaves attempts pending until they time out, and every heartbeat and
+    /// forward opening its own would pile them into its listen queue (the simulation's
+    /// network panics at 64) instead of waiting for the one under way.
+    dialing: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 impl WirePool {
@@ -136,51 +159,57 @@ impl WirePool {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let frame = request_frame(method, payload)?;
-        let attempt = async {
-            if let Some(mut conn) = self.take(url) {
-                match exchange(&mut conn, &frame).await {
-                    Ok(reply) => {
+        let mut conn = match self.take(url) {
+            Some(conn) => conn,
+            None => tokio::time::timeout_at(deadline, self.connection(dial, url, hello))
+                .await
+                .map_err(|_| CallError::Timeout)??,
+        };
+        loop {
+            let exchanged =
+                tokio::time::timeout_at(deadline, conn.exchange(&frame, dial.max_message)).await;
+            match exchanged {
+                Ok(Ok(reply)) => {
+                    self.put_back(url, conn);
+                    return reply;
+                }
+                // A reused connection the member closed between our check and our write
+                // (it restarted, or closed the connection as idle): a raft message goes
+                // again on a fresh one. A forward does not: it may have been read and
+                // executed before the connection broke.
+                Ok(Err(e)) if conn.reused && method.resendable() => {
+                    tracing::debug!(url, "reused peer connection failed ({e}), redialing");
+                    conn = tokio::time::timeout_at(deadline, self.connection(dial, url, hello))
+                        .await
+                        .map_err(|_| CallError::Timeout)??;
+                }
+                Ok(Err(e)) => return Err(CallError::Broken(e.to_string())),
+                Err(_) => {
+                    if !conn.torn {
                         self.put_back(url, conn);
-                        return reply;
                     }
-                    // A reused connection the member closed between our check and our
-                    // write (it restarted, or timed the connection out): a raft message
-                    // goes again on a fresh one. A forward does not: it may have been
-                    // read and executed before the connection broke.
-                    Err(e) if method.resendable() => {
-                        tracing::debug!(url, "reused peer connection failed ({e}), redialing");
-                    }
-                    Err(e) => return Err(CallError::Broken(e.to_string())),
+                    return Err(CallError::Timeout);
                 }
             }
-            let mut conn = self.dial(dial, url, hello).await?;
-            let reply = exchange(&mut conn, &frame)
-                .await
-                .map_err(|e| CallError::Broken(e.to_string()))?;
-            self.put_back(url, conn);
-            reply
-        };
-        tokio::time::timeout(timeout, attempt)
-            .await
-            .map_err(|_| CallError::Timeout)?
+        }
     }
 
     /// An idle connection to `url` the member has not closed.
-    fn take(&self, url: &str) -> Option<Stream> {
+    fn take(&self, url: &str) -> Option<PeerConn> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let conns = idle.get_mut(url)?;
         while let Some(mut conn) = conns.pop() {
-            // An idle connection has nothing to read: readable means closed (or a
-            // member speaking out of turn), either way not reusable.
-            if conn.fill_buf().now_or_never().is_none() {
+            if conn.open() {
                 return Some(conn);
             }
         }
         None
     }
 
-    fn put_back(&self, url: &str, conn: Stream) {
+    fn put_back(&self, url: &str, mut conn: PeerConn) {
+        conn.reused = true;
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let conns = idle.entry(url.to_string()).or_default();
         if conns.len() < MAX_IDLE_PER_PEER {
@@ -188,21 +217,103 @@ impl WirePool {
         }
     }
 
-    async fn dial(&self, dial: &Dialer, url: &str, hello: (u64, u64)) -> Result<Stream, CallError> {
-        let conn = dial
-            .dial(url)
-            .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        let mut conn = BufStream::new(conn);
-        let mut opening = Vec::with_capacity(MAGIC.len() + 16);
-        opening.extend_from_slice(MAGIC);
-        opening.extend_from_slice(&hello.0.to_le_bytes());
-        opening.extend_from_slice(&hello.1.to_le_bytes());
-        // Buffered: it goes out with the first request, in one segment.
-        conn.write_all(&opening)
-            .await
-            .map_err(|e| CallError::Unreachable(e.to_string()))?;
-        Ok(conn)
+    /// An idle connection to `url` if one came back while waiting for the peer's dial
+    /// lock, else a new one. The attempt runs in a task of its own that holds the lock
+    /// until it ends: a caller whose deadline (a heartbeat's, tens of milliseconds) passes
+    /// first does not abandon it, and the next caller waits for it instead of starting
+    /// another; a connection nobody waits for any more goes to the pool.
+    async fn connection(
+        &self,
+        dial: &Dialer,
+        url: &str,
+        hello: (u64, u64),
+    ) -> Result<PeerConn, CallError> {
+        let lock = {
+            let mut dialing = self.dialing.lock().unwrap_or_else(PoisonError::into_inner);
+            dialing.entry(url.to_string()).or_default().clone()
+        };
+        let turn = lock.lock_owned().await;
+        if let Some(conn) = self.take(url) {
+            return Ok(conn);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (pool, dial, url) = (self.clone(), dial.clone(), url.to_string());
+        tokio::spawn(async move {
+            let dialed = dial.open(&url, hello).await;
+            drop(turn);
+            if let Err(Ok(conn)) = tx.send(dialed) {
+                pool.put_back(&url, conn);
+            }
+        });
+        rx.await
+            .map_err(|_| CallError::Unreachable("the connection attempt was dropped".into()))?
+    }
+}
+
+impl PeerConn {
+    /// Whether the member has not closed this connection. Anything received meanwhile
+    /// (the late reply of an abandoned call) is kept for [`Self::reply`].
+    fn open(&mut self) -> bool {
+        if self.torn {
+            return false;
+        }
+        match self.io.read_buf(&mut self.read).now_or_never() {
+            None | Some(Ok(1..)) => true,
+            Some(Ok(0)) | Some(Err(_)) => false,
+        }
+    }
+
+    /// Writes one request and reads its reply. `Err` is a broken connection; `Ok(Err)` a
+    /// member's refusal (the connection is still usable).
+    async fn exchange(
+        &mut self,
+        frame: &[u8],
+        max_reply: usize,
+    ) -> io::Result<Result<Vec<u8>, CallError>> {
+        self.torn = true;
+        self.io.write_all(frame).await?;
+        self.io.flush().await?;
+        self.torn = false;
+        self.owed += 1;
+        self.reply(max_reply).await
+    }
+
+    /// The reply to the latest request, skipping those owed to abandoned calls.
+    async fn reply(&mut self, max_reply: usize) -> io::Result<Result<Vec<u8>, CallError>> {
+        loop {
+            while self.read.len() >= 5 {
+                let len =
+                    u32::from_le_bytes([self.read[0], self.read[1], self.read[2], self.read[3]])
+                        as usize;
+                if len > max_reply {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("a {len} byte reply, over the limit of {max_reply}"),
+                    ));
+                }
+                if self.read.len() < 5 + len {
+                    self.read.reserve(5 + len - self.read.len());
+                    break;
+                }
+                let frame = self.read.split_to(5 + len);
+                self.owed -= 1;
+                if self.owed > 0 {
+                    continue;
+                }
+                let payload = frame[5..].to_vec();
+                if frame[4] == OK {
+                    return Ok(Ok(payload));
+                }
+                let message = String::from_utf8_lossy(&payload).into_owned();
+                return Ok(Err(CallError::Status(tonic::Status::new(
+                    tonic::Code::from(i32::from(frame[4])),
+                    message,
+                ))));
+            }
+            if self.io.read_buf(&mut self.read).await? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
     }
 }
 
@@ -212,9 +323,29 @@ impl WirePool {
 pub struct Dialer {
     pub connector: Option<Connector>,
     pub connect_timeout: Duration,
+    /// The largest reply read ([`peer_message_limit`](crate::network::peer_message_limit)).
+    pub max_message: usize,
 }
 
 impl Dialer {
+    /// A new framed connection to `url`, its opening (magic and `hello`) written.
+    async fn open(&self, url: &str, hello: (u64, u64)) -> Result<PeerConn, CallError> {
+        let unreachable = |e: io::Error| CallError::Unreachable(e.to_string());
+        let mut io = self.dial(url).await.map_err(unreachable)?;
+        let mut opening = Vec::with_capacity(MAGIC.len() + 16);
+        opening.extend_from_slice(MAGIC);
+        opening.extend_from_slice(&hello.0.to_le_bytes());
+        opening.extend_from_slice(&hello.1.to_le_bytes());
+        io.write_all(&opening).await.map_err(unreachable)?;
+        Ok(PeerConn {
+            io,
+            read: bytes::BytesMut::with_capacity(8 * 1024),
+            owed: 0,
+            torn: false,
+            reused: false,
+        })
+    }
+
     async fn dial(&self, url: &str) -> io::Result<Conn> {
         let uri: tonic::transport::Uri = url
             .parse()
@@ -246,26 +377,6 @@ fn request_frame(method: Method, payload: &[u8]) -> Result<Vec<u8>, CallError> {
     frame.push(method as u8);
     frame.extend_from_slice(payload);
     Ok(frame)
-}
-
-/// Writes one request and reads its reply. `Err` is a broken connection; `Ok(Err)` a
-/// member's refusal (the connection is still usable).
-async fn exchange(conn: &mut Stream, frame: &[u8]) -> io::Result<Result<Vec<u8>, CallError>> {
-    conn.write_all(frame).await?;
-    conn.flush().await?;
-    let mut head = [0u8; 5];
-    conn.read_exact(&mut head).await?;
-    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    let mut payload = vec![0u8; len];
-    conn.read_exact(&mut payload).await?;
-    if head[4] == OK {
-        return Ok(Ok(payload));
-    }
-    let message = String::from_utf8_lossy(&payload).into_owned();
-    Ok(Err(CallError::Status(tonic::Status::new(
-        tonic::Code::from(i32::from(head[4])),
-        message,
-    ))))
 }
 
 /// A connection whose first bytes were read to tell framed from gRPC, handed to the gRPC
@@ -439,9 +550,13 @@ mod tests {
     use super::*;
 
     /// A stand-in member: accepts framed connections, checks the opening, echoes each
-    /// request's payload with its method byte appended, and closes a connection after
-    /// `replies_per_conn` replies. Counts the connections it accepted.
-    async fn echo_member(replies_per_conn: usize) -> (String, Arc<AtomicUsize>) {
+    /// request's payload with its method byte appended (the first after `first_delay`),
+    /// and closes a connection after `replies_per_conn` replies. Counts the connections
+    /// it accepted.
+    async fn echo_member(
+        replies_per_conn: usize,
+        first_delay: Duration,
+    ) -> (String, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -456,7 +571,10 @@ mod tests {
                     conn.read_exact(&mut opening).await?;
                     assert_eq!(&opening[..8], MAGIC);
                     assert_eq!(opening[8..16], 7u64.to_le_bytes());
-                    for _ in 0..replies_per_conn {
+                    for i in 0..replies_per_conn {
+                        if i == 0 {
+                            tokio::time::sleep(first_delay).await;
+                        }
                         let mut head = [0u8; 5];
                         conn.read_exact(&mut head).await?;
                         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
@@ -479,12 +597,13 @@ mod tests {
         Dialer {
             connector: None,
             connect_timeout: Duration::from_secs(5),
+            max_message: 1 << 20,
         }
     }
 
     #[tokio::test]
     async fn calls_reuse_one_connection() {
-        let (url, accepted) = echo_member(usize::MAX).await;
+        let (url, accepted) = echo_member(usize::MAX, Duration::ZERO).await;
         let pool = WirePool::default();
         for i in 0..5u8 {
             let reply = pool
@@ -508,7 +627,7 @@ mod tests {
         // The member closes every connection after one reply (as a restarted member's
         // old connections are gone): each call must get a fresh one and succeed, a
         // forward included (which is never sent twice).
-        let (url, accepted) = echo_member(1).await;
+        let (url, accepted) = echo_member(1, Duration::ZERO).await;
         let pool = WirePool::default();
         for (i, method) in [Method::Vote, Method::Forward, Method::Append]
             .into_iter()
@@ -530,6 +649,50 @@ mod tests {
             assert_eq!(reply, vec![b'm', method as u8]);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_late_reply_is_skipped_and_the_connection_kept() {
+        // The member answers its first request after the caller's deadline.
+        let (url, accepted) = echo_member(usize::MAX, Duration::from_millis(300)).await;
+        let (pool, dialer) = (WirePool::default(), dialer());
+        let call = |payload: &'static [u8], timeout| {
+            pool.call(&dialer, &url, (7, 1), Method::Append, payload, timeout)
+        };
+        let err = call(b"first", Duration::from_millis(100))
+            .await
+            .expect_err("answered after the deadline");
+        assert!(matches!(err, CallError::Timeout), "{err}");
+        // The next call on the same connection gets its own answer, not the late one.
+        let reply = call(b"second", Duration::from_secs(5)).await.expect("call");
+        assert_eq!(reply, b"second\x01");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_hung_member_is_not_sent_a_connection_per_call() {
+        // Connections complete in the kernel's queue, nobody reads them: a stopped
+        // process. Thirty calls with a heartbeat's deadline must not open thirty.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let pool = WirePool::default();
+        for _ in 0..30 {
+            let err = pool
+                .call(
+                    &dialer(),
+                    &url,
+                    (7, 1),
+                    Method::Append,
+                    b"hb",
+                    Duration::from_millis(20),
+                )
+                .await
+                .expect_err("nobody answers");
+            assert!(matches!(err, CallError::Timeout), "{err}");
+        }
+        listener.set_nonblocking(true).expect("nonblocking");
+        let queued = std::iter::from_fn(|| listener.accept().ok()).count();
+        assert_eq!(queued, 1, "connections opened to a hung member");
     }
 
     #[tokio::test]
