@@ -249,11 +249,13 @@ async fn compare(args: &CompareArgs) -> Result<(), String> {
         .tempdir()
         .map_err(|e| format!("creating a temporary directory: {e}"))?;
     let fsync = fsync_probe(work.path())?;
+    let rtt = round_trip_probe()?;
     eprintln!(
-        "bench compare: etcd {etcd_version}, {} CPUs; fdatasync of a 256-byte append: p50 {:.0} µs, p99 {:.0} µs",
+        "bench compare: etcd {etcd_version}, {} CPUs; fdatasync of a 256-byte append: p50 {:.0} µs, p99 {:.0} µs; loopback TCP round trip p50 {:.0} µs",
         cpus(),
         fsync.0,
-        fsync.1
+        fsync.1,
+        rtt
     );
 
     let mut value = vec![0u8; args.value_size];
@@ -297,6 +299,7 @@ async fn compare(args: &CompareArgs) -> Result<(), String> {
         runs: &runs,
         etcd_version: &etcd_version,
         fsync,
+        rtt,
         date: utc_now(),
     };
     let md = args.out.join("compare.md");
@@ -689,6 +692,40 @@ fn fsync_probe(dir: &Path) -> Result<(f64, f64), String> {
     Ok((times[times.len() / 2], times[times.len() * 99 / 100]))
 }
 
+/// The p50, in microseconds, of 2,000 round trips of a 64-byte message over a loopback
+/// TCP connection (Nagle off) to a thread echoing it: the network's share of the floor
+/// under one write's latency.
+fn round_trip_probe() -> Result<f64, String> {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    let fail = |e: std::io::Error| format!("round-trip probe: {e}");
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(fail)?;
+    let addr = listener.local_addr().map_err(fail)?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut conn, _) = listener.accept()?;
+        conn.set_nodelay(true)?;
+        let mut buf = [0u8; 64];
+        while conn.read_exact(&mut buf).is_ok() {
+            conn.write_all(&buf)?;
+        }
+        Ok(())
+    });
+    let mut conn = TcpStream::connect(addr).map_err(fail)?;
+    conn.set_nodelay(true).map_err(fail)?;
+    let mut buf = [0x5au8; 64];
+    let mut times = Vec::with_capacity(2_000);
+    for _ in 0..2_000 {
+        let start = Instant::now();
+        conn.write_all(&buf).map_err(fail)?;
+        conn.read_exact(&mut buf).map_err(fail)?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(conn);
+    let _ = echo.join();
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
 /// "YYYY-MM-DD HH:MM UTC" for now.
 fn utc_now() -> String {
     let secs = SystemTime::now()
@@ -719,6 +756,8 @@ struct Report<'a> {
     runs: &'a [Run],
     etcd_version: &'a str,
     fsync: (f64, f64),
+    /// Loopback TCP round trip p50, µs.
+    rtt: f64,
     date: String,
 }
 
@@ -777,7 +816,8 @@ impl Report<'_> {
         let _ = writeln!(md, "# oncekv and etcd on one machine, {}\n", self.date);
         let _ = writeln!(
             md,
-            "{} CPUs; fdatasync of a 256-byte append p50 {:.0} µs, p99 {:.0} µs. etcd {} \
+            "{} CPUs; fdatasync of a 256-byte append p50 {:.0} µs, p99 {:.0} µs; loopback TCP \
+             round trip p50 {:.0} µs. etcd {} \
              (3 processes) and oncekv {} (`oncekv dev`: 3 members in one process), fsync on, \
              on 127.0.0.1; {} round(s) of {} s runs, each round from empty data \
              directories, odd rounds etcd first. Load generator: `oncekv bench` in the same \
@@ -786,6 +826,7 @@ impl Report<'_> {
             cpus(),
             self.fsync.0,
             self.fsync.1,
+            self.rtt,
             self.etcd_version,
             env!("CARGO_PKG_VERSION"),
             self.args.rounds,
@@ -859,6 +900,26 @@ impl Report<'_> {
                     e.client_cpu_per_op_us(),
                     o.client_cpu_per_op_us(),
                 );
+            }
+            // One write's floor: it is durable on a quorum once the leader's and a
+            // follower's fsync are done, and it crosses the network at least twice (client
+            // to leader and back, leader to follower and back).
+            if w == CompareWorkload::Put && self.args.clients.contains(&1) {
+                let e = agg.get(&(w, Series::Etcd, 1)).copied().unwrap_or_default();
+                let o = agg
+                    .get(&(w, Series::Oncekv, 1))
+                    .copied()
+                    .unwrap_or_default();
+                let floor_ms = (self.fsync.0 + 2.0 * self.rtt) / 1000.0;
+                if o.p50_ms > 0.0 && e.p50_ms > 0.0 {
+                    let _ = writeln!(
+                        md,
+                        "\nOne client's put against the floor of one fdatasync plus two loopback \
+                         round trips ({floor_ms:.2} ms): oncekv's p50 is {} times it, etcd's {}.",
+                        ratio(o.p50_ms, floor_ms),
+                        ratio(e.p50_ms, floor_ms),
+                    );
+                }
             }
             // What the machine allows at the most clients: a ratio to etcd cannot exceed
             // this, however cheap oncekv's side, since the load runs on the same CPUs.
@@ -1205,6 +1266,7 @@ mod tests {
             runs: &runs,
             etcd_version: "3.4.23",
             fsync: (150.0, 300.0),
+            rtt: 25.0,
             date: utc_date(0),
         };
         // Round 1: 3000/1000; round 2: 1000/500.
@@ -1255,8 +1317,15 @@ mod tests {
             runs: &runs,
             etcd_version: "3.4.23",
             fsync: (150.0, 300.0),
+            rtt: 25.0,
             date: utc_date(0),
         };
+        // The floor: 150 µs fdatasync + 2 x 25 µs round trips; both p50s are 1 ms.
+        let md = report.markdown();
+        assert!(
+            md.contains("(0.20 ms): oncekv's p50 is 5.00 times it, etcd's 5.00."),
+            "{md}"
+        );
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("c.svg");
         report.chart(&path).unwrap_or_else(|e| panic!("{e}"));
