@@ -134,6 +134,7 @@ pub fn restore(
     data_dir: &Path,
     name: &str,
     initial_cluster: &[Member],
+    cluster_token: &str,
 ) -> Result<Summary, String> {
     if !initial_cluster.iter().any(|m| m.name == name) {
         return Err(format!("member {name:?} is not in --initial-cluster"));
@@ -179,7 +180,7 @@ pub fn restore(
     write_atomically(disk, &path, &out).map_err(|e| format!("writing {}: {e}", path.display()))?;
     Identity {
         member_id: member_id(name),
-        cluster_id: founding_cluster_id(&founders),
+        cluster_id: founding_cluster_id(&founders, cluster_token),
     }
     .save(disk, data_dir)?;
     Ok(summary(size, &restored, &sm))

@@ -31,6 +31,9 @@ pub struct NodeConfig {
     /// one that already has it as a member (etcd's `--initial-cluster-state`). Only read
     /// at the first start; later starts go by the identity in the data directory.
     pub initial_cluster_state: ClusterState,
+    /// Mixed into the cluster id a new cluster gets (etcd's `--initial-cluster-token`);
+    /// only read when founding.
+    pub initial_cluster_token: String,
     /// Take a snapshot (and purge the log) every this many applied entries.
     pub snapshot_count: u64,
     pub heartbeat_ms: u64,
@@ -109,6 +112,7 @@ impl NodeConfig {
             peer_addr,
             initial_cluster,
             initial_cluster_state: ClusterState::New,
+            initial_cluster_token: crate::membership::DEFAULT_CLUSTER_TOKEN.to_string(),
             snapshot_count: 10_000,
             heartbeat_ms: 100,
             election_timeout_ms: 1_000,

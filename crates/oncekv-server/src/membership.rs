@@ -345,16 +345,45 @@ impl Identity {
     }
 }
 
-/// etcd's cluster id for a cluster formed with `members`: the same on every founder.
-pub fn founding_cluster_id(members: &BTreeMap<NodeId, Member>) -> u64 {
-    members.keys().fold(0x9e37_79b9_7f4a_7c15u64, |h, id| {
-        (h ^ id).wrapping_mul(0x100_0000_01b3)
-    })
+/// etcd's `--initial-cluster-token` default.
+pub const DEFAULT_CLUSTER_TOKEN: &str = "etcd-cluster";
+
+/// etcd's cluster id for a cluster formed with `members` under `token` (etcd's
+/// `--initial-cluster-token`): the same on every founder, and different for two clusters
+/// whose members have the same names but whose tokens differ, so that their peer ports
+/// refuse each other's members.
+pub fn founding_cluster_id(members: &BTreeMap<NodeId, Member>, token: &str) -> u64 {
+    let seed = token.bytes().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    members
+        .keys()
+        .fold(seed, |h, id| (h ^ id).wrapping_mul(0x100_0000_01b3))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cluster_token_tells_clusters_of_the_same_names_apart() {
+        let founders: BTreeMap<NodeId, Member> = ["n1", "n2", "n3"]
+            .into_iter()
+            .map(|n| {
+                let m = Member {
+                    name: n.into(),
+                    peer_url: format!("http://{n}:2380"),
+                    client_url: String::new(),
+                };
+                (crate::types::member_id(n), m)
+            })
+            .collect();
+        let a = founding_cluster_id(&founders, DEFAULT_CLUSTER_TOKEN);
+        assert_eq!(a, founding_cluster_id(&founders, DEFAULT_CLUSTER_TOKEN));
+        assert_ne!(a, founding_cluster_id(&founders, "staging"));
+        let two: BTreeMap<_, _> = founders.into_iter().take(2).collect();
+        assert_ne!(a, founding_cluster_id(&two, DEFAULT_CLUSTER_TOKEN));
+    }
 
     #[test]
     fn identity_round_trips_through_its_file() {

@@ -392,7 +392,7 @@ async fn identity(config: &NodeConfig, peers: &PeerChannels) -> Result<Identity,
                 .collect();
             Identity {
                 member_id: member_id(&config.name),
-                cluster_id: founding_cluster_id(&founders),
+                cluster_id: founding_cluster_id(&founders, &config.initial_cluster_token),
             }
         }
         ClusterState::Existing => join(config, peers).await?,

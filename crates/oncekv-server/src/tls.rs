@@ -36,6 +36,9 @@ pub struct TlsFiles {
     /// The certificates are self-signed (auto-TLS): a member dialing a peer port so
     /// configured cannot check them against a CA, as with etcd's `--peer-auto-tls`.
     pub self_signed: bool,
+    /// Only connections whose certificate (signed by `trusted_ca_file`) has this common
+    /// name are served (etcd's `--peer-cert-allowed-cn`).
+    pub allowed_cn: Option<String>,
 }
 
 /// Each file's modification time and length, `None` if it cannot be read: a change in
@@ -163,6 +166,7 @@ where
     // Handshakes finish in any order; the server sees connections as they complete.
     crate::conn_guard::prepare_each(incoming, move |io| {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+        let allowed_cn = tls.files().allowed_cn.clone();
         async move {
             match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor.accept(io)).await {
                 Ok(Ok(stream)) => {
@@ -174,6 +178,16 @@ where
                             .and_then(|certs| certs.first())
                             .and_then(|cert| common_name(cert)),
                     };
+                    if let Some(allowed) = &allowed_cn
+                        && identity.common_name.as_deref() != Some(allowed.as_str())
+                    {
+                        tracing::warn!(
+                            common_name = identity.common_name.as_deref().unwrap_or("(none)"),
+                            allowed = %allowed,
+                            "refused a connection: its certificate's common name is not the allowed one"
+                        );
+                        return None;
+                    }
                     Some(MaybeTls::Tls(Box::new(stream), identity))
                 }
                 Ok(Err(e)) => {
@@ -274,6 +288,7 @@ pub fn self_signed(dir: &Path, hosts: &[String]) -> io::Result<TlsFiles> {
         trusted_ca_file: None,
         client_cert_auth: false,
         self_signed: true,
+        allowed_cn: None,
     };
     if files.cert_file.exists() && files.key_file.exists() {
         return Ok(files);
@@ -378,6 +393,7 @@ impl DevPki {
             trusted_ca_file: Some(self.ca_file.clone()),
             client_cert_auth,
             self_signed: false,
+            allowed_cn: None,
         };
         (files(client_cert_auth), files(true))
     }

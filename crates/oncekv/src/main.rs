@@ -132,4 +132,69 @@ mod tests {
         let cli = Cli::try_parse_from(["oncekv", "bench", "put", "--endpoints", "a:1"]);
         assert!(cli.is_ok(), "bench keeps its own options: {cli:?}");
     }
+
+    // The cluster flags of an etcd member's configuration parse as etcd writes them.
+    #[test]
+    fn etcds_cluster_flags_parse() {
+        let serve = |extra: &[&str]| {
+            let mut argv = vec!["oncekv", "serve", "--name", "n1"];
+            argv.extend(extra);
+            match Cli::try_parse_from(argv) {
+                Ok(Cli {
+                    command: Cmd::Serve(args),
+                    ..
+                }) => Ok(*args),
+                Ok(other) => panic!("not serve: {other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let args = serve(&[
+            "--initial-advertise-peer-urls",
+            "http://10.0.0.1:2380",
+            "--initial-cluster-token",
+            "staging-1",
+            "--enable-v2=false",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.initial_cluster_token, "staging-1");
+        assert!(!args.enable_v2);
+        assert_eq!(
+            serve(&[]).map(|a| a.initial_cluster_token).as_deref(),
+            Ok("etcd-cluster")
+        );
+        assert!(serve(&["--enable-v2"]).is_ok_and(|a| a.enable_v2));
+        assert!(
+            serve(&["--peer-cert-allowed-cn", "member"]).is_ok_and(|a| a
+                .tls
+                .peer_cert_allowed_cn
+                .as_deref()
+                == Some("member"))
+        );
+    }
+
+    #[test]
+    fn the_advertised_peer_url_must_be_the_members_entry() {
+        let members =
+            serve::parse_initial_cluster("n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380")
+                .unwrap_or_else(|e| panic!("{e}"));
+        let check = |name, urls| serve::check_advertised_peer_url(name, &members, urls);
+        assert_eq!(check("n1", "http://10.0.0.1:2380"), Ok(()));
+        assert_eq!(check("n1", " http://10.0.0.1:2380/ "), Ok(()));
+        assert_eq!(
+            check("n1", "http://10.0.0.9:2380"),
+            Err(
+                "--initial-cluster has n1=http://10.0.0.1:2380 but missing from \
+                 --initial-advertise-peer-urls=http://10.0.0.9:2380"
+                    .into()
+            )
+        );
+        assert!(
+            check("n1", "http://10.0.0.1:2380,http://10.0.0.1:2381")
+                .is_err_and(|e| e.contains("one peer URL per member"))
+        );
+        assert!(
+            check("n3", "http://10.0.0.3:2380")
+                .is_err_and(|e| e.contains("couldn't find local name \"n3\""))
+        );
+    }
 }

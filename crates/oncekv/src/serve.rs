@@ -40,6 +40,21 @@ pub struct ServeArgs {
     /// (etcdctl member add). Read only at the first start.
     #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
     pub initial_cluster_state: String,
+    /// This member's peer URL as the other members reach it. oncekv serves one peer URL
+    /// per member, and the others find it in --initial-cluster, so it must be this
+    /// member's entry there (checked, as etcd does) [default: that entry]
+    #[arg(long)]
+    pub initial_advertise_peer_urls: Option<String>,
+    /// Mixed into the id of a cluster founded with --initial-cluster-state new, so that
+    /// two clusters whose members have the same names get different ids and refuse each
+    /// other's peer traffic: give each cluster its own. Read only at the first start.
+    #[arg(long, default_value = oncekv_server::membership::DEFAULT_CLUSTER_TOKEN)]
+    pub initial_cluster_token: String,
+    /// etcd's v2 API. oncekv serves the v3 API only, so `--enable-v2=false` (etcd 3.4's
+    /// default) is accepted and `true` refused.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub enable_v2: bool,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]
@@ -83,6 +98,11 @@ pub struct TlsArgs {
     /// (encrypts peer traffic but authenticates no one: peers skip verification).
     #[arg(long)]
     pub peer_auto_tls: bool,
+    /// Serve only peers whose certificate's common name is this (with
+    /// --peer-client-cert-auth: the certificate must also be signed by
+    /// --peer-trusted-ca-file). Refused connections are logged.
+    #[arg(long)]
+    pub peer_cert_allowed_cn: Option<String>,
 }
 
 impl TlsArgs {
@@ -127,6 +147,17 @@ impl TlsArgs {
                 )
             }),
         )?;
+        if let Some(cn) = &self.peer_cert_allowed_cn {
+            match config.peer_tls.as_mut() {
+                Some(files) if files.client_cert_auth => files.allowed_cn = Some(cn.clone()),
+                _ => {
+                    return Err("--peer-cert-allowed-cn needs --peer-client-cert-auth (and \
+                                --peer-trusted-ca-file): without them peers present no \
+                                certificate to check"
+                        .into());
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -148,6 +179,7 @@ fn port_tls(
             trusted_ca_file: trusted_ca.clone(),
             client_cert_auth,
             self_signed: false,
+            allowed_cn: None,
         }),
         (Some(_), None, _) | (None, Some(_), _) => {
             return Err(format!(
@@ -351,10 +383,46 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<Member>, String> {
         .collect()
 }
 
+/// etcd's check of `--initial-advertise-peer-urls` against `name`'s entry in
+/// `--initial-cluster`: the entry is how the other members reach this one, so the two
+/// must agree (oncekv: exactly one URL).
+pub fn check_advertised_peer_url(name: &str, members: &[Member], urls: &str) -> Result<(), String> {
+    let urls: Vec<&str> = urls
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
+    let listed = members
+        .iter()
+        .find(|m| m.name == name)
+        .map(|m| m.peer_url.trim_end_matches('/'))
+        .ok_or_else(|| {
+            format!("couldn't find local name {name:?} in the initial cluster configuration")
+        })?;
+    match urls.as_slice() {
+        [url] if url.trim_end_matches('/') == listed => Ok(()),
+        [] => Err("--initial-advertise-peer-urls is empty".into()),
+        [_] => Err(format!(
+            "--initial-cluster has {name}={listed} but missing from --initial-advertise-peer-urls={}",
+            urls.join(",")
+        )),
+        _ => Err(format!(
+            "--initial-advertise-peer-urls={}: oncekv serves one peer URL per member",
+            urls.join(",")
+        )),
+    }
+}
+
 pub async fn run(args: ServeArgs) -> Result<(), String> {
+    if args.enable_v2 {
+        return Err("--enable-v2: oncekv serves etcd's v3 API only (etcd 3.4's default is --enable-v2=false)".into());
+    }
     let client_addr = parse_url(&args.listen_client_urls)?;
     let peer_addr = parse_url(&args.listen_peer_urls)?;
     let mut members = parse_initial_cluster(&args.initial_cluster)?;
+    if let Some(urls) = &args.initial_advertise_peer_urls {
+        check_advertised_peer_url(&args.name, &members, urls)?;
+    }
     let advertise = args
         .advertise_client_urls
         .clone()
@@ -374,6 +442,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     if args.initial_cluster_state == "existing" {
         config.initial_cluster_state = ClusterState::Existing;
     }
+    config.initial_cluster_token = args.initial_cluster_token.clone();
     let mut metrics_listeners = Vec::new();
     for url in args
         .listen_metrics_urls

@@ -87,7 +87,8 @@ fn path(p: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_speak_tls_on_both_ports() {
     let dir = tempfile::tempdir().unwrap();
-    let pki = DevPki::create(&dir.path().join("pki"), &[]).unwrap();
+    // "intruder": a certificate from the cluster's own CA, but not a member's common name.
+    let pki = DevPki::create(&dir.path().join("pki"), &["intruder"]).unwrap();
     // Someone else's authority: its certificates are no good here.
     let stranger = DevPki::create(&dir.path().join("stranger"), &["mallory"]).unwrap();
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
@@ -106,7 +107,14 @@ async fn three_members_speak_tls_on_both_ports() {
     ]
     .iter()
     .flat_map(|(flag, file)| [flag.to_string(), path(file)])
-    .chain(["--peer-client-cert-auth".to_string()])
+    .chain(
+        [
+            "--peer-client-cert-auth",
+            "--peer-cert-allowed-cn",
+            "oncekv member",
+        ]
+        .map(String::from),
+    )
     .collect();
     let _members = Members(
         ports
@@ -191,9 +199,16 @@ async fn three_members_speak_tls_on_both_ports() {
         "client without the CA served: {refused:?}"
     );
 
-    // The peer port takes no one without a certificate from the peer CA: a stranger with
-    // its own CA's certificate, or plaintext, cannot even finish connecting.
+    // The peer port takes no one without a certificate from the peer CA with the allowed
+    // common name: a stranger with its own CA's certificate, a holder of the right CA's
+    // certificate for another name, or plaintext, cannot even finish connecting.
     for options in [
+        Some(ClientTlsOptions {
+            cert_file: Some(pki.clients[0].1.clone()),
+            key_file: Some(pki.clients[0].2.clone()),
+            ca_file: Some(pki.ca_file.clone()),
+            ..ClientTlsOptions::default()
+        }),
         Some(ClientTlsOptions {
             cert_file: Some(stranger.clients[0].1.clone()),
             key_file: Some(stranger.clients[0].2.clone()),

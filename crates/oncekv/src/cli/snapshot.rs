@@ -44,6 +44,11 @@ pub enum SnapshotCommand {
         /// This member's peer URL; must match its entry in --initial-cluster.
         #[arg(long)]
         initial_advertise_peer_urls: Option<String>,
+        /// The new cluster's token (as `oncekv serve --initial-cluster-token`): mixed into
+        /// its id, so that a restored cluster and the one it was copied from refuse each
+        /// other's members when given different tokens.
+        #[arg(long, default_value = oncekv_server::membership::DEFAULT_CLUSTER_TOKEN)]
+        initial_cluster_token: String,
     },
 }
 
@@ -70,24 +75,26 @@ pub async fn run(opts: &Options, command: SnapshotCommand) -> Result<(), CliErro
             name,
             initial_cluster,
             initial_advertise_peer_urls,
+            initial_cluster_token,
         } => {
             let members =
                 crate::serve::parse_initial_cluster(&initial_cluster).map_err(CliError::new)?;
-            if let Some(url) = initial_advertise_peer_urls {
-                let listed = members.iter().find(|m| m.name == name).map(|m| &m.peer_url);
-                if listed != Some(&url) {
-                    return Err(CliError::new(format!(
-                        "--initial-advertise-peer-urls {url} does not match {name}'s entry in --initial-cluster ({})",
-                        listed.map_or("none", |u| u.as_str())
-                    )));
-                }
+            if let Some(urls) = initial_advertise_peer_urls {
+                crate::serve::check_advertised_peer_url(&name, &members, &urls)
+                    .map_err(CliError::new)?;
             }
             let data_dir = data_dir.unwrap_or_else(|| PathBuf::from(format!("{name}.oncekv")));
             let bytes = read(&file)?;
             let disk = oncekv_server::disk::os_disk();
-            let s =
-                oncekv_server::backup::restore(&bytes, disk.as_ref(), &data_dir, &name, &members)
-                    .map_err(CliError::new)?;
+            let s = oncekv_server::backup::restore(
+                &bytes,
+                disk.as_ref(),
+                &data_dir,
+                &name,
+                &members,
+                &initial_cluster_token,
+            )
+            .map_err(CliError::new)?;
             emit(
                 format!(
                     "restored snapshot {} (revision {}, {} keys, {} sessions) into {} for member {name}\n",
