@@ -490,13 +490,21 @@ async fn watcher_on_a_member_that_installs_a_snapshot_misses_nothing() {
     for i in 1..300 {
         last = put(&mut kv, &format!("s/{}", i % 5), "y").await.unwrap();
     }
-    let purged = cluster
-        .node(leader)
-        .core
-        .metrics()
-        .purged
-        .map_or(0, |p| p.index);
-    assert!(purged > 0, "the leader must have purged its log");
+    // The leader purges once no replication uses the entries: for the stopped follower,
+    // at its next retry (openraft backs off 500 ms after an unreachable peer), which a
+    // fast loop of puts can finish before.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = cluster.node(leader).core.metrics();
+        if metrics.purged.is_some_and(|p| p.index > 0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader must have purged its log: {metrics:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     cluster.restart(follower).await;
     // From the revision the follower had: whether the snapshot arrives before or after
     // this watch is created, it must see every later revision exactly once.
