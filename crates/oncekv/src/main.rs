@@ -71,16 +71,48 @@ fn server_exit(result: Result<(), String>) -> ExitCode {
     }
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let default_filter = cli.command.default_log_filter();
+/// Logging as `command` asks: `serve`'s etcd flags (`--log-level`, `--log-outputs`), the
+/// command's default otherwise; `ONCEKV_LOG` overrides the level either way.
+fn init_logging(command: &Cmd) -> Result<(), String> {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    let (filter, output) = match command {
+        Cmd::Serve(args) => (args.log.filter(), args.log.output()?),
+        other => (
+            other.default_log_filter().to_string(),
+            serve::LogOutput::Stderr,
+        ),
+    };
+    // Colour codes belong on a terminal, not in a log file.
+    let ansi = !matches!(output, serve::LogOutput::File(_));
+    let writer = match output {
+        serve::LogOutput::Stderr => BoxMakeWriter::new(std::io::stderr),
+        serve::LogOutput::Stdout => BoxMakeWriter::new(std::io::stdout),
+        serve::LogOutput::File(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| format!("--log-outputs {}: {e}", path.display()))?;
+            BoxMakeWriter::new(std::sync::Mutex::new(file))
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ONCEKV_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
+        .with_ansi(ansi)
         .init();
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(&cli.command) {
+        eprintln!("oncekv: {e}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -170,6 +202,30 @@ mod tests {
                 .as_deref()
                 == Some("member"))
         );
+        // etcd's logging flags.
+        let args = serve(&[
+            "--logger=zap",
+            "--log-level",
+            "debug",
+            "--log-outputs",
+            "stdout",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(args.log.filter().contains("oncekv_server=debug"));
+        assert_eq!(args.log.output(), Ok(serve::LogOutput::Stdout));
+        let args = serve(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.log.output(), Ok(serve::LogOutput::Stderr));
+        assert_eq!(args.log.filter(), "warn,oncekv=info,oncekv_server=info");
+        let args = serve(&["--log-outputs", "/var/log/oncekv.log", "--log-level=fatal"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            args.log.output(),
+            Ok(serve::LogOutput::File("/var/log/oncekv.log".into()))
+        );
+        assert_eq!(args.log.filter(), "error");
+        let args = serve(&["--log-outputs", "stderr,/tmp/x.log"]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(args.log.output().is_err());
+        assert!(serve(&["--log-level", "verbose"]).is_err());
     }
 
     #[test]

@@ -56,9 +56,72 @@ pub struct ServeArgs {
           action = clap::ArgAction::Set)]
     pub enable_v2: bool,
     #[command(flatten)]
+    pub log: LogArgs,
+    #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]
     pub tuning: Tuning,
+}
+
+/// etcd's logging flags. `ONCEKV_LOG` (a tracing filter such as
+/// `info,openraft=debug`), when set, overrides `--log-level`.
+#[derive(Debug, Args, Clone)]
+pub struct LogArgs {
+    /// Least severe messages logged: debug, info, warn, error (etcd's panic and fatal
+    /// log as error).
+    #[arg(long, default_value = "info",
+          value_parser = ["debug", "info", "warn", "error", "panic", "fatal"])]
+    pub log_level: String,
+    /// etcd's choice of logging library; oncekv has one, so either value logs the same.
+    #[arg(long, default_value = "zap", value_parser = ["zap", "capnslog"])]
+    pub logger: String,
+    /// Where logs go: "default" or "stderr", "stdout", or a file path (appended to).
+    #[arg(long, default_value = "default")]
+    pub log_outputs: String,
+}
+
+/// Where a member's log lines go.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LogOutput {
+    Stderr,
+    Stdout,
+    File(PathBuf),
+}
+
+impl LogArgs {
+    /// The tracing filter for `--log-level`: oncekv's own messages at that level,
+    /// libraries' (openraft, hyper) only from warn up unless debug is asked for.
+    pub fn filter(&self) -> String {
+        match self.log_level.as_str() {
+            "debug" => "info,oncekv=debug,oncekv_server=debug,openraft=debug".into(),
+            "info" => "warn,oncekv=info,oncekv_server=info".into(),
+            "warn" => "warn".into(),
+            _ => "error".into(),
+        }
+    }
+
+    pub fn output(&self) -> Result<LogOutput, String> {
+        let outputs: Vec<&str> = self
+            .log_outputs
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .collect();
+        match outputs.as_slice() {
+            [] | ["default"] | ["stderr"] => Ok(LogOutput::Stderr),
+            ["stdout"] => Ok(LogOutput::Stdout),
+            ["systemd/journal"] => Err(
+                "--log-outputs systemd/journal: not supported; use stderr (journald collects a \
+                 unit's stderr)"
+                    .into(),
+            ),
+            [path] => Ok(LogOutput::File(PathBuf::from(path))),
+            _ => Err(format!(
+                "--log-outputs {}: oncekv logs to one output",
+                self.log_outputs
+            )),
+        }
+    }
 }
 
 /// etcd's TLS flags, for the client port and (`--peer-`) the peer port.
