@@ -23,6 +23,9 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Where clients connect (etcd's `--listen-client-urls`).
     pub client_addr: SocketAddr,
+    /// More addresses serving clients the same way (the rest of etcd's
+    /// `--listen-client-urls`), bound by [`Node::start_with_listeners`](crate::Node).
+    pub more_client_addrs: Vec<SocketAddr>,
     /// Where peers connect (etcd's `--listen-peer-urls`).
     pub peer_addr: SocketAddr,
     /// Every member: name, peer url, client url (may be empty if unknown).
@@ -109,6 +112,7 @@ impl NodeConfig {
             name: name.into(),
             data_dir: data_dir.into(),
             client_addr,
+            more_client_addrs: Vec::new(),
             peer_addr,
             initial_cluster,
             initial_cluster_state: ClusterState::New,

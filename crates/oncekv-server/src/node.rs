@@ -82,6 +82,13 @@ impl Node {
         };
         let client_tls = server_tls(&config.client_tls, "client")?;
         let peer_tls = server_tls(&config.peer_tls, "peer")?;
+        let mut client_listeners = vec![client_listener];
+        for &addr in &config.more_client_addrs {
+            let listener = crate::services::bind(addr)
+                .await
+                .map_err(|source| StartError::Listen { addr, source })?;
+            client_listeners.push(listener);
+        }
         let core = Node::open(
             config,
             None,
@@ -92,7 +99,7 @@ impl Node {
         Ok(Node::run(
             core,
             (client_addr, peer_addr),
-            crate::services::client_incoming(client_listener, max, client_tls),
+            crate::services::client_incoming(client_listeners, max, client_tls),
             crate::tls::accept(
                 guard(crate::services::incoming(peer_listener), max, "peer"),
                 peer_tls,

@@ -77,13 +77,17 @@ pub type ClientConn = crate::authority::SchemeTolerant<
 /// through [`SchemeTolerant`](crate::authority::SchemeTolerant) (on the decrypted bytes)
 /// so that etcdctl 3.4's `--cluster` requests (a URL as the HTTP/2 authority) are served
 /// rather than reset.
+///
+/// Every listener in `listeners` (etcd's `--listen-client-urls` may name several) serves
+/// the same API; `max_connections` bounds them together.
 pub fn client_incoming(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     max_connections: usize,
     tls: Option<Arc<crate::tls::ServerTls>>,
 ) -> impl futures::Stream<Item = std::io::Result<ClientConn>> + Send + 'static {
     use futures::StreamExt;
-    let guarded = crate::conn_guard::guard(incoming(listener), max_connections, "client");
+    let all = futures::stream::select_all(listeners.into_iter().map(|l| Box::pin(incoming(l))));
+    let guarded = crate::conn_guard::guard(all, max_connections, "client");
     crate::tls::accept(guarded, tls).map(|conn| conn.map(crate::authority::SchemeTolerant::new))
 }
 

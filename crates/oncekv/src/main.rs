@@ -229,6 +229,29 @@ mod tests {
     }
 
     #[test]
+    fn listen_urls_are_lists_of_one_scheme_and_localhost_binds_loopback() {
+        assert_eq!(
+            serve::parse_listen_urls(
+                "listen-client-urls",
+                "http://10.0.0.1:2379, http://localhost:2379"
+            ),
+            Ok(vec![
+                "10.0.0.1:2379".parse().unwrap_or_else(|e| panic!("{e}")),
+                "127.0.0.1:2379".parse().unwrap_or_else(|e| panic!("{e}")),
+            ])
+        );
+        assert!(
+            serve::parse_listen_urls(
+                "listen-client-urls",
+                "http://10.0.0.1:2379,https://10.0.0.1:2380"
+            )
+            .is_err_and(|e| e.contains("mixes http:// and https://"))
+        );
+        assert!(serve::parse_listen_urls("listen-client-urls", " ").is_err());
+        assert!(serve::parse_url("http://etcd.example.com:2379").is_err());
+    }
+
+    #[test]
     fn the_advertised_peer_url_must_be_the_members_entry() {
         let members =
             serve::parse_initial_cluster("n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380")

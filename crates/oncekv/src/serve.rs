@@ -416,16 +416,42 @@ impl Tuning {
     }
 }
 
-/// `http://127.0.0.1:2379` (or `https://`) → its socket address.
+/// `http://127.0.0.1:2379` (or `https://`) → its socket address. `localhost` is
+/// 127.0.0.1 (etcd's default URLs use it); other host names are not resolved, as etcd
+/// refuses domain names for binding.
 pub fn parse_url(url: &str) -> Result<SocketAddr, String> {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
         .ok_or_else(|| format!("{url:?}: only http:// and https:// URLs are supported"))?;
     let host_port = rest.trim_end_matches('/');
+    let host_port = match host_port.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => host_port.to_string(),
+    };
     host_port
         .parse()
         .map_err(|_| format!("{url:?}: expected http://IP:PORT (host names are not resolved)"))
+}
+
+/// etcd's `--listen-client-urls`: one or more URLs, comma separated, all `http://` or all
+/// `https://` (a port's TLS settings apply to every listener).
+pub fn parse_listen_urls(flag: &str, urls: &str) -> Result<Vec<SocketAddr>, String> {
+    let urls: Vec<&str> = urls
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
+    let https = urls.iter().filter(|u| u.starts_with("https://")).count();
+    if https != 0 && https != urls.len() {
+        return Err(format!(
+            "--{flag} mixes http:// and https:// URLs; oncekv serves one scheme per port"
+        ));
+    }
+    if urls.is_empty() {
+        return Err(format!("--{flag} is empty"));
+    }
+    urls.into_iter().map(parse_url).collect()
 }
 
 /// `n1=http://a:2380,n2=http://b:2380` → members (client URLs unknown).
@@ -480,7 +506,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     if args.enable_v2 {
         return Err("--enable-v2: oncekv serves etcd's v3 API only (etcd 3.4's default is --enable-v2=false)".into());
     }
-    let client_addr = parse_url(&args.listen_client_urls)?;
+    let client_addrs = parse_listen_urls("listen-client-urls", &args.listen_client_urls)?;
+    let client_addr = client_addrs[0];
     let peer_addr = parse_url(&args.listen_peer_urls)?;
     let mut members = parse_initial_cluster(&args.initial_cluster)?;
     if let Some(urls) = &args.initial_advertise_peer_urls {
@@ -496,6 +523,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         }
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
+    config.more_client_addrs = client_addrs[1..].to_vec();
     args.tuning.apply(&mut config)?;
     args.tls.apply(
         &mut config,
@@ -526,7 +554,11 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     eprintln!(
         "oncekv: member {} serving clients on {} and peers on {} (data in {})",
         args.name,
-        node.client_addr,
+        std::iter::once(node.client_addr)
+            .chain(client_addrs[1..].iter().copied())
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         node.peer_addr,
         args.data_dir.display()
     );

@@ -102,3 +102,50 @@ fn every_member_lists_every_members_client_urls() {
         }
     }
 }
+
+/// An etcd member's usual command line: several client URLs (one by `localhost`), each
+/// advertised, the peer URL advertised too. Every listener serves, and the member list
+/// names every advertised client URL.
+#[test]
+fn a_member_serves_every_listen_client_url_and_lists_every_advertised_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, peer) = (free_port(), free_port(), free_port());
+    let urls = format!("http://127.0.0.1:{a},http://localhost:{b}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let _member = Members(vec![
+        Command::new(env!("CARGO_BIN_EXE_oncekv"))
+            .args(["serve", "--name", "n1", "--data-dir"])
+            .arg(dir.path().join("n1"))
+            .args(["--listen-client-urls", &urls])
+            .args(["--advertise-client-urls", &urls])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("n1={peer_url}")])
+            .args(["--initial-cluster-token", "serve-cluster-test"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ]);
+    common::wait_serving(&format!("127.0.0.1:{a}"));
+    common::wait_serving(&format!("127.0.0.1:{b}"));
+    let want = vec![(
+        "n1".to_string(),
+        vec![
+            format!("http://127.0.0.1:{a}"),
+            format!("http://localhost:{b}"),
+        ],
+    )];
+    let started = Instant::now();
+    loop {
+        let got = member_list(&format!("127.0.0.1:{b}")).map(|l| client_urls(&l));
+        if got.as_ref() == Some(&want) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "member list: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -34,11 +34,14 @@ impl ClusterService {
                     id: info.id,
                     name: m.name,
                     peer_ur_ls: vec![m.peer_url],
-                    client_ur_ls: if m.client_url.is_empty() {
-                        Vec::new()
-                    } else {
-                        vec![m.client_url]
-                    },
+                    // `--advertise-client-urls` may list several, comma separated.
+                    client_ur_ls: m
+                        .client_url
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|u| !u.is_empty())
+                        .map(String::from)
+                        .collect(),
                     is_learner: info.learner,
                 }
             })
