@@ -475,8 +475,16 @@ where
     let mut conn = BufStream::new(io);
     let limit = crate::network::peer_message_limit(core.config());
     let served = async {
+        // The opening follows the magic at once; a sender that stops there, or in the
+        // middle of a frame, must not hold the connection's slot for good.
+        let stalled = || io::Error::new(io::ErrorKind::TimedOut, "the sender stalled");
         let mut hello = [0u8; 16];
-        conn.read_exact(&mut hello).await?;
+        tokio::time::timeout(
+            crate::conn_guard::FIRST_BYTES_TIMEOUT,
+            conn.read_exact(&mut hello),
+        )
+        .await
+        .map_err(|_| stalled())??;
         let cluster = u64::from_le_bytes(hello[..8].try_into().unwrap_or_default());
         if cluster != core.cluster_id() {
             let refusal = tonic::Status::permission_denied(format!(
@@ -499,7 +507,9 @@ where
                 return write_reply(&mut conn, Err(refusal)).await;
             }
             let mut payload = vec![0u8; len];
-            conn.read_exact(&mut payload).await?;
+            tokio::time::timeout(IDLE_TIMEOUT, conn.read_exact(&mut payload))
+                .await
+                .map_err(|_| stalled())??;
             let reply = match Method::from_u8(head[4]) {
                 Some(method) => {
                     crate::services::serve_peer_call(&core, method, &payload, false).await

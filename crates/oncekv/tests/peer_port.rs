@@ -206,6 +206,18 @@ async fn framed_peer_connections_refuse_strangers_oversized_and_unknown_frames()
         assert_eq!(code, tonic::Code::ResourceExhausted as u8);
         assert!(String::from_utf8_lossy(&reason).contains("over this member's limit"));
     }
+    // A sender that stops after the magic is cut off (10 s), not kept for good.
+    let mut stalled = std::net::TcpStream::connect(("127.0.0.1", ports.1)).unwrap();
+    stalled.write_all(b"OKVPEER1").unwrap();
+    stalled
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let closed = std::io::Read::read(&mut stalled, &mut byte);
+    assert!(
+        matches!(closed, Ok(0)),
+        "a stalled opening was kept: {closed:?}"
+    );
     let after = rss(pid);
     assert!(
         after < before + (64 << 20),
