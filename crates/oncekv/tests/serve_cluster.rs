@@ -12,6 +12,11 @@ use common::{Members, free_port, serve_member};
 
 use serde_json::Value;
 
+/// The tests here run one at a time: each picks free ports and releases them before its
+/// members bind them, so two running at once can be handed the same port (CI saw a member
+/// of one test never serve).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `oncekv member list -w json` against `endpoint`, if it answers.
 fn member_list(endpoint: &str) -> Option<Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_oncekv"))
@@ -52,6 +57,7 @@ fn client_urls(list: &Value) -> Vec<(String, Vec<String>)> {
 
 #[test]
 fn every_member_lists_every_members_client_urls() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
     let initial_cluster = ports
@@ -108,6 +114,7 @@ fn every_member_lists_every_members_client_urls() {
 /// names every advertised client URL.
 #[test]
 fn a_member_serves_every_listen_client_url_and_lists_every_advertised_one() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (a, b, peer) = (free_port(), free_port(), free_port());
     let urls = format!("http://127.0.0.1:{a},http://localhost:{b}");
