@@ -63,6 +63,13 @@ pub struct NodeConfig {
     /// (`--grpc-keepalive-timeout`, 20 s): how a connection whose peer vanished is found.
     pub grpc_keepalive_interval: Duration,
     pub grpc_keepalive_timeout: Duration,
+    /// HTTP/2 streams one client connection may have open at once (etcd's
+    /// `--max-concurrent-streams`; its default, `u32::MAX`, is no limit).
+    pub max_concurrent_streams: u32,
+    /// Where the raft log lives (etcd's `--wal-dir`); `None`: `data_dir/log`. A member
+    /// records a chosen directory in its data directory and refuses to start with another
+    /// (see [`crate::node::log_dir`]).
+    pub wal_dir: Option<PathBuf>,
     /// TLS on the client port (etcd's `--cert-file`, `--key-file`, `--trusted-ca-file`,
     /// `--client-cert-auth`); plaintext when `None`.
     pub client_tls: Option<crate::tls::TlsFiles>,
@@ -128,6 +135,8 @@ impl NodeConfig {
             max_connections: 10_000,
             grpc_keepalive_interval: Duration::from_secs(2 * 3600),
             grpc_keepalive_timeout: Duration::from_secs(20),
+            max_concurrent_streams: u32::MAX,
+            wal_dir: None,
             bcrypt_cost: 10,
             auth_token_ttl: Duration::from_secs(300),
             client_tls: None,

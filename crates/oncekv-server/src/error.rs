@@ -181,6 +181,9 @@ pub enum StartError {
     StateMachine(String),
     #[error("this member's identity file: {0}")]
     Identity(String),
+    /// The log is not where this start looks for it (`--wal-dir` changed or dropped).
+    #[error("{0}")]
+    WalDir(String),
     #[error(
         "joining the cluster (--initial-cluster-state existing): no member of --initial-cluster \
          knows a member with peer URL {peer_url}; add it first (etcdctl member add NAME \

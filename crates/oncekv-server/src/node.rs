@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -189,7 +190,12 @@ impl Node {
             .with_fsync_observer(FsyncObserver(Arc::new(move |took| {
                 fsync_metrics.observe_fsync(took)
             })));
-        let log = LogStore::<TypeConfig>::open(config.data_dir.join("log"), log_options).await?;
+        let log_dir = log_dir(
+            config.disk.as_ref(),
+            &config.data_dir,
+            config.wal_dir.as_deref(),
+        )?;
+        let log = LogStore::<TypeConfig>::open(log_dir, log_options).await?;
         let log_handle = log.clone();
         let sm = SmStore::open_with(
             &config.data_dir.join("state"),
@@ -657,5 +663,108 @@ async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) 
             _ = stop.changed() => return,
             changed = metrics.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+/// The file in a data directory naming the directory its log was created in, when that is
+/// not `data_dir/log` (etcd's `--wal-dir`).
+const WAL_DIR_FILE: &str = "wal-dir";
+
+/// Where this member's log is: `wal_dir`, or `data_dir/log` without one. A member started
+/// once with `--wal-dir` records it, and is refused a start with another (or none): opening
+/// an empty log beside its state would forget its vote and its unapplied entries. A data
+/// directory whose log is already in `data_dir/log` is refused a `--wal-dir` the same way.
+pub(crate) fn log_dir(
+    disk: &dyn crate::disk::Disk,
+    data_dir: &Path,
+    wal_dir: Option<&Path>,
+) -> Result<PathBuf, StartError> {
+    let default = data_dir.join("log");
+    let marker = data_dir.join(WAL_DIR_FILE);
+    let recorded = match disk.read(&marker) {
+        Ok(bytes) => Some(PathBuf::from(
+            String::from_utf8_lossy(&bytes).trim_end().to_string(),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(StartError::WalDir(format!(
+                "reading {}: {e}",
+                marker.display()
+            )));
+        }
+    };
+    let wanted = wal_dir.map_or_else(|| default.clone(), Path::to_path_buf);
+    match recorded {
+        Some(recorded) if recorded == wanted => Ok(wanted),
+        Some(recorded) => Err(StartError::WalDir(format!(
+            "this member's log is in {} (its --wal-dir when it was created), not {}: start it \
+             with --wal-dir {}",
+            recorded.display(),
+            wanted.display(),
+            recorded.display()
+        ))),
+        None if wal_dir.is_none() => Ok(wanted),
+        None => {
+            let old_log = disk.list_dir(&default).map(|files| !files.is_empty());
+            if matches!(old_log, Ok(true)) {
+                return Err(StartError::WalDir(format!(
+                    "this member's log is in {}: start it without --wal-dir (or move that \
+                     directory to {} and write its path into {})",
+                    default.display(),
+                    wanted.display(),
+                    marker.display()
+                )));
+            }
+            let write = || -> std::io::Result<()> {
+                disk.create_dir_all(data_dir)?;
+                let tmp = data_dir.join(format!("{WAL_DIR_FILE}.tmp"));
+                let mut file = disk.create(&tmp)?;
+                file.write_all(wanted.to_string_lossy().as_bytes())?;
+                file.sync_data()?;
+                drop(file);
+                disk.rename(&tmp, &marker)?;
+                disk.sync_dir(data_dir)
+            };
+            write().map_err(|e| {
+                StartError::WalDir(format!("recording --wal-dir in {}: {e}", marker.display()))
+            })?;
+            Ok(wanted)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_member_keeps_the_wal_dir_it_was_created_with() -> Result<(), Box<dyn std::error::Error>> {
+        let disk = crate::disk::os_disk();
+        let root = tempfile::tempdir()?;
+        let (data, wal) = (root.path().join("data"), root.path().join("wal"));
+        // No --wal-dir: the log is in DATA_DIR/log and nothing is recorded.
+        assert_eq!(log_dir(disk.as_ref(), &data, None)?, data.join("log"));
+        // The first start with one records it; later starts must name the same.
+        assert_eq!(log_dir(disk.as_ref(), &data, Some(&wal))?, wal);
+        assert_eq!(log_dir(disk.as_ref(), &data, Some(&wal))?, wal);
+        let dropped = log_dir(disk.as_ref(), &data, None).map(|_| ()).unwrap_err();
+        assert!(dropped.to_string().contains("--wal-dir"), "{dropped}");
+        let moved = log_dir(disk.as_ref(), &data, Some(&root.path().join("elsewhere")));
+        assert!(moved.is_err());
+
+        // A member whose log is in DATA_DIR/log is refused a --wal-dir.
+        let other = root.path().join("other");
+        std::fs::create_dir_all(other.join("log"))?;
+        std::fs::write(other.join("log").join("segment"), b"x")?;
+        let refused = log_dir(disk.as_ref(), &other, Some(&wal))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("without --wal-dir"),
+            "{refused}"
+        );
+        assert_eq!(log_dir(disk.as_ref(), &other, None)?, other.join("log"));
+        Ok(())
     }
 }

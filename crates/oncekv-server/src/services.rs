@@ -142,6 +142,7 @@ where
         .tcp_nodelay(true)
         .http2_keepalive_interval(Some(core.config().grpc_keepalive_interval))
         .http2_keepalive_timeout(Some(core.config().grpc_keepalive_timeout))
+        .max_concurrent_streams(Some(core.config().max_concurrent_streams))
         .accept_http1(true)
         .layer(GrpcMetricsLayer {
             metrics: core.node_metrics().clone(),

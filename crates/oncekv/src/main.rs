@@ -5,11 +5,12 @@ mod bench;
 mod cli;
 mod demo;
 mod dev;
+mod etcd_sources;
 mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc: the server allocates per request in many small
 /// pieces across worker threads (HTTP/2 frames, headers, protobuf messages), where glibc's
@@ -34,6 +35,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run one cluster member (flags named as etcd's where they mean the same).
+    ///
+    /// As with etcd, every flag can also be set as an environment variable ETCD_<FLAG>
+    /// (ETCD_DATA_DIR for --data-dir; not both ways at once), or all of them in etcd's YAML
+    /// configuration file with --config-file (then other flags and variables are ignored).
     Serve(Box<serve::ServeArgs>),
     /// Run a local cluster in this process (3 members by default) for development.
     Dev(dev::DevArgs),
@@ -107,11 +112,42 @@ fn init_logging(command: &Cmd) -> Result<(), String> {
     Ok(())
 }
 
+/// The command line, with `serve`'s settings from `ETCD_*` variables or an etcd
+/// configuration file folded in; what that resolution has to report.
+fn parse_cli() -> Result<(Cli, etcd_sources::Notes), String> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let command = Cli::command();
+    let (argv, notes) = match etcd_sources::resolve(&command, std::env::args_os().collect(), &env) {
+        Ok(resolved) => resolved,
+        Err(etcd_sources::Failure::Clap(e)) => e.exit(),
+        Err(etcd_sources::Failure::Message(e)) => return Err(e),
+    };
+    let cli = command
+        .try_get_matches_from(argv)
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .unwrap_or_else(|e| e.exit());
+    Ok((cli, notes))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (cli, notes) = match parse_cli() {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("oncekv: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if let Err(e) = init_logging(&cli.command) {
         eprintln!("oncekv: {e}");
         return ExitCode::FAILURE;
+    }
+    for line in &notes.info {
+        tracing::info!("{line}");
+    }
+    for line in &notes.warnings {
+        tracing::warn!("{line}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -136,6 +172,7 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     // clap checks a command's definition only when it parses: this catches a clash
@@ -145,6 +182,154 @@ mod tests {
     fn the_command_line_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    fn resolve(argv: &[&str], env: &[(&str, &str)]) -> Result<(Cli, etcd_sources::Notes), String> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let argv = argv.iter().map(|a| std::ffi::OsString::from(*a)).collect();
+        let (argv, notes) =
+            etcd_sources::resolve(&Cli::command(), argv, &env).map_err(|e| match e {
+                etcd_sources::Failure::Clap(e) => e.to_string(),
+                etcd_sources::Failure::Message(m) => m,
+            })?;
+        Ok((Cli::try_parse_from(argv).map_err(|e| e.to_string())?, notes))
+    }
+
+    fn serve_args(cli: Cli) -> serve::ServeArgs {
+        match cli.command {
+            Cmd::Serve(args) => *args,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    // etcd's ETCD_* variables set serve's flags; a flag set both ways is refused, as in
+    // etcd 3.4; unknown ETCD_* variables are warned about; other commands ignore them.
+    #[test]
+    fn etcd_environment_variables_set_serve_flags() {
+        let env = [
+            ("ETCD_NAME", "infra1"),
+            ("ETCD_DATA_DIR", "/var/lib/x"),
+            ("ETCD_CLIENT_CERT_AUTH", "false"),
+            ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true"),
+            ("ETCD_NO_SUCH_FLAG", "1"),
+            ("PATH", "/bin"),
+        ];
+        let (cli, notes) = resolve(&["oncekv", "serve", "--snapshot-count", "7"], &env).unwrap();
+        let args = serve_args(cli);
+        assert_eq!(args.name, "infra1");
+        assert_eq!(args.data_dir, std::path::PathBuf::from("/var/lib/x"));
+        assert!(!args.tls.client_cert_auth);
+        assert!(args.tuning.initial_corrupt_check);
+        assert_eq!(args.tuning.snapshot_count, 7);
+        assert!(
+            notes.info.iter().any(|l| l.contains("ETCD_NAME=infra1")),
+            "{notes:?}"
+        );
+        assert_eq!(
+            notes.warnings,
+            vec!["unrecognized environment variable ETCD_NO_SUCH_FLAG=1".to_string()]
+        );
+
+        let conflict = resolve(&["oncekv", "serve", "--name", "x"], &env).unwrap_err();
+        assert!(conflict.contains("\"ETCD_NAME\" is shadowed"), "{conflict}");
+        let bad = resolve(&["oncekv", "serve"], &[("ETCD_SNAPSHOT_COUNT", "many")]).unwrap_err();
+        assert!(bad.contains("ETCD_SNAPSHOT_COUNT"), "{bad}");
+        // Client commands are etcdctl's: ETCD_* is not theirs.
+        let (_, notes) = resolve(&["oncekv", "get", "k"], &env).unwrap();
+        assert_eq!(notes, etcd_sources::Notes::default());
+    }
+
+    // With --config-file, the file's settings are the member's and every other flag and
+    // variable is ignored, as in etcd.
+    #[test]
+    fn an_etcd_configuration_file_sets_serve_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("etcd.conf.yml");
+        std::fs::write(
+            &file,
+            "name: fromfile\nsnapshot-count: 42\nwal-dir:\nmax-wals: 5\nproxy: 'off'\n\
+             client-transport-security:\n  client-cert-auth: false\n  auto-tls: true\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+        let (cli, notes) = resolve(
+            &[
+                "oncekv",
+                "serve",
+                "--name",
+                "ignored",
+                "--config-file",
+                path,
+            ],
+            &[("ETCD_DATA_DIR", "/ignored")],
+        )
+        .unwrap();
+        let args = serve_args(cli);
+        assert_eq!(args.name, "fromfile");
+        assert_eq!(args.tuning.snapshot_count, 42);
+        assert!(args.tls.auto_tls);
+        assert_eq!(args.data_dir, std::path::PathBuf::from("default.oncekv"));
+        assert!(
+            notes.info[0].contains("Loading server configuration"),
+            "{notes:?}"
+        );
+
+        let (cli, _) = resolve(&["oncekv", "serve"], &[("ETCD_CONFIG_FILE", path)]).unwrap();
+        assert_eq!(serve_args(cli).name, "fromfile");
+
+        std::fs::write(&file, "snapshot-count: lots\n").unwrap();
+        let bad = resolve(&["oncekv", "serve", "--config-file", path], &[]).unwrap_err();
+        assert!(
+            bad.contains("--config-file") && bad.contains("lots"),
+            "{bad}"
+        );
+        let missing = dir.path().join("missing.yml");
+        let gone = resolve(
+            &[
+                "oncekv",
+                "serve",
+                "--config-file",
+                missing.to_str().unwrap(),
+            ],
+            &[],
+        )
+        .unwrap_err();
+        assert!(gone.contains("missing.yml"), "{gone}");
+    }
+
+    // etcd's boolean flags take =true/=false as well as standing alone.
+    #[test]
+    fn boolean_flags_take_etcds_values() {
+        let args = serve_args(
+            Cli::try_parse_from([
+                "oncekv",
+                "serve",
+                "--client-cert-auth=false",
+                "--peer-auto-tls",
+                "--strict-reconfig-check=false",
+                "--pre-vote=true",
+            ])
+            .unwrap(),
+        );
+        assert!(!args.tls.client_cert_auth);
+        assert!(args.tls.peer_auto_tls);
+        assert_eq!(args.etcd.check(), Ok(vec![]));
+        for refused in [
+            "--strict-reconfig-check",
+            "--force-new-cluster=true",
+            "--proxy=on",
+            "--discovery=https://discovery.etcd.io/x",
+            "--cors=*",
+            "--host-whitelist=a.example.com",
+        ] {
+            let args = serve_args(Cli::try_parse_from(["oncekv", "serve", refused]).unwrap());
+            assert!(args.etcd.check().is_err(), "{refused} accepted");
+        }
+        let args = serve_args(Cli::try_parse_from(["oncekv", "serve", "--enable-pprof"]).unwrap());
+        assert_eq!(args.etcd.check().map(|w| w.len()), Ok(1));
     }
 
     // The options may come before or after the command, as with etcdctl; after wins.

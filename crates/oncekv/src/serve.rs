@@ -32,9 +32,10 @@ pub struct ServeArgs {
     /// /metrics, /health, /livez, /readyz, /version. The client URLs serve them too.
     #[arg(long)]
     pub listen_metrics_urls: Option<String>,
-    /// Every member as name=peer-url, comma separated (the same on every member).
-    #[arg(long, default_value = "default=http://127.0.0.1:2380")]
-    pub initial_cluster: String,
+    /// Every member as name=peer-url, comma separated (the same on every member)
+    /// [default: this member alone, NAME=its advertised peer URL, as in etcd]
+    #[arg(long)]
+    pub initial_cluster: Option<String>,
     /// "new" to found the cluster with --initial-cluster (every founding member starts
     /// this way), "existing" to join a running cluster that added this member first
     /// (etcdctl member add). Read only at the first start.
@@ -52,15 +53,165 @@ pub struct ServeArgs {
     pub initial_cluster_token: String,
     /// etcd's v2 API. oncekv serves the v3 API only, so `--enable-v2=false` (etcd 3.4's
     /// default) is accepted and `true` refused.
-    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true",
-          action = clap::ArgAction::Set)]
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub enable_v2: bool,
+    /// etcd's YAML configuration file: the flags' names as keys (`data-dir: /var/lib/etcd`),
+    /// the TLS flags under `client-transport-security` and `peer-transport-security`. As in
+    /// etcd, when a file is given every other flag and ETCD_* variable is ignored.
+    #[arg(long)]
+    pub config_file: Option<PathBuf>,
+    /// Where this member's raft log lives, e.g. on a disk of its own [default:
+    /// DATA_DIR/log]. Read at every start: a member must keep the --wal-dir it was
+    /// created with (it refuses to start otherwise, rather than start without its log).
+    #[arg(long)]
+    pub wal_dir: Option<PathBuf>,
     #[command(flatten)]
     pub log: LogArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]
     pub tuning: Tuning,
+    #[command(flatten)]
+    pub etcd: EtcdOnly,
+}
+
+/// etcd flags that configure what oncekv does not have (discovery, the v2 proxy, Go's
+/// profiler) or does one way only. They are accepted so that an etcd member's command
+/// line or configuration file starts oncekv unchanged; a value that would ask for
+/// something oncekv does not do is refused with the reason, never silently ignored.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EtcdOnly {
+    /// Snapshot files kept (0: unlimited). oncekv keeps one snapshot, so any value holds.
+    #[arg(long)]
+    pub max_snapshots: Option<u64>,
+    /// Log files kept (0: unlimited). oncekv deletes a log segment once a snapshot covers
+    /// it, so it never keeps more than any value allows etcd.
+    #[arg(long)]
+    pub max_wals: Option<u64>,
+    /// etcd refuses a membership change that would lose quorum among the members it hears
+    /// from. oncekv does not check liveness before a change: only false is accepted.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub strict_reconfig_check: Option<bool>,
+    /// Members never start an election that would disrupt a live leader: they refuse to
+    /// vote while they hear from one (a leader lease), which is what etcd's pre-vote
+    /// prevents. Either value is accepted; false cannot turn that off.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub pre_vote: Option<bool>,
+    /// Start a one-member cluster from this member's data: not supported (only false is
+    /// accepted); `oncekv snapshot restore` makes a new cluster from a snapshot instead.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub force_new_cluster: Option<bool>,
+    /// Go's profiler at /debug/pprof: oncekv has none (profile it with perf); true is
+    /// accepted with a warning.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub enable_pprof: Option<bool>,
+    /// etcd's v2 proxy mode: only "off" is accepted.
+    #[arg(long, value_parser = ["off", "on", "readonly"])]
+    pub proxy: Option<String>,
+    /// Proxy timeouts (milliseconds): used only by the proxy mode, which oncekv does not
+    /// have, so they change nothing.
+    #[arg(long, hide = true)]
+    pub proxy_failure_wait: Option<u64>,
+    #[arg(long, hide = true)]
+    pub proxy_refresh_interval: Option<u64>,
+    #[arg(long, hide = true)]
+    pub proxy_dial_timeout: Option<u64>,
+    #[arg(long, hide = true)]
+    pub proxy_write_timeout: Option<u64>,
+    #[arg(long, hide = true)]
+    pub proxy_read_timeout: Option<u64>,
+    /// Bootstrap through a discovery service: not supported (only empty is accepted);
+    /// name the members with --initial-cluster.
+    #[arg(long)]
+    pub discovery: Option<String>,
+    /// Bootstrap from DNS SRV records: not supported (only empty is accepted).
+    #[arg(long)]
+    pub discovery_srv: Option<String>,
+    #[arg(long, hide = true)]
+    pub discovery_srv_name: Option<String>,
+    #[arg(long, hide = true)]
+    pub discovery_proxy: Option<String>,
+    /// What etcd does when discovery fails; oncekv has no discovery, so either value is
+    /// accepted and changes nothing.
+    #[arg(long, hide = true, value_parser = ["exit", "proxy"])]
+    pub discovery_fallback: Option<String>,
+    /// Origins allowed by CORS: oncekv sends no CORS headers, so only empty is accepted.
+    #[arg(long)]
+    pub cors: Option<String>,
+    /// Hosts the HTTP API answers: oncekv answers every Host, so only "*" (etcd's
+    /// default) or empty is accepted.
+    #[arg(long)]
+    pub host_whitelist: Option<String>,
+}
+
+impl EtcdOnly {
+    /// Refuses a value that asks for what oncekv does not do; warnings for values it
+    /// accepts but cannot honour exactly.
+    pub fn check(&self) -> Result<Vec<String>, String> {
+        let given = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.trim().is_empty());
+        if self.strict_reconfig_check == Some(true) {
+            return Err(
+                "--strict-reconfig-check: oncekv does not check the members' liveness \
+                        before a membership change; pass --strict-reconfig-check=false"
+                    .into(),
+            );
+        }
+        if self.force_new_cluster == Some(true) {
+            return Err(
+                "--force-new-cluster: not supported; to start a new cluster from a \
+                        member's data, save a snapshot (etcdctl snapshot save) and restore it \
+                        (oncekv snapshot restore)"
+                    .into(),
+            );
+        }
+        if self.proxy.as_deref().is_some_and(|p| p != "off") {
+            return Err("--proxy: oncekv has no proxy mode (only --proxy=off)".into());
+        }
+        for (flag, value) in [
+            ("discovery", &self.discovery),
+            ("discovery-srv", &self.discovery_srv),
+            ("discovery-srv-name", &self.discovery_srv_name),
+            ("discovery-proxy", &self.discovery_proxy),
+        ] {
+            if given(value) {
+                return Err(format!(
+                    "--{flag}: discovery is not supported; name every member with \
+                     --initial-cluster"
+                ));
+            }
+        }
+        if given(&self.cors) {
+            return Err(
+                "--cors: oncekv's HTTP API sends no CORS headers (only an empty --cors)".into(),
+            );
+        }
+        if self
+            .host_whitelist
+            .as_deref()
+            .is_some_and(|h| !h.trim().is_empty() && h.trim() != "*")
+        {
+            return Err("--host-whitelist: oncekv answers every Host (only \"*\")".into());
+        }
+        let mut warnings = Vec::new();
+        if self.enable_pprof == Some(true) {
+            warnings.push(
+                "--enable-pprof: oncekv has no Go profiler; /debug/pprof is not served".into(),
+            );
+        }
+        if self.pre_vote == Some(false) {
+            warnings.push(
+                "--pre-vote=false: oncekv's members always refuse to vote while they hear from \
+                 a leader, as with --pre-vote=true"
+                    .into(),
+            );
+        }
+        Ok(warnings)
+    }
 }
 
 /// etcd's logging flags. `ONCEKV_LOG` (a tracing filter such as
@@ -78,6 +229,13 @@ pub struct LogArgs {
     /// Where logs go: "default" or "stderr", "stdout", or a file path (appended to).
     #[arg(long, default_value = "default")]
     pub log_outputs: String,
+    /// etcd 3.4's older switch for debug-level logging: the same as --log-level=debug.
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub debug: bool,
+    /// capnslog's per-package levels: accepted only empty (use --log-level).
+    #[arg(long, hide = true)]
+    pub log_package_levels: Option<String>,
 }
 
 /// Where a member's log lines go.
@@ -92,7 +250,12 @@ impl LogArgs {
     /// The tracing filter for `--log-level`: oncekv's own messages at that level,
     /// libraries' (openraft, hyper) only from warn up unless debug is asked for.
     pub fn filter(&self) -> String {
-        match self.log_level.as_str() {
+        let level = if self.debug {
+            "debug"
+        } else {
+            self.log_level.as_str()
+        };
+        match level {
             "debug" => "info,oncekv=debug,oncekv_server=debug,openraft=debug".into(),
             "info" => "warn,oncekv=info,oncekv_server=info".into(),
             "warn" => "warn".into(),
@@ -138,11 +301,13 @@ pub struct TlsArgs {
     #[arg(long)]
     pub trusted_ca_file: Option<PathBuf>,
     /// Refuse clients without a certificate signed by --trusted-ca-file.
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+              value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub client_cert_auth: bool,
     /// Serve clients with a self-signed certificate made in DATA_DIR/fixtures/client
     /// (clients must then skip verification: etcdctl --insecure-skip-tls-verify).
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+              value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub auto_tls: bool,
     /// The peer port's certificate (PEM), also presented when dialing peers.
     #[arg(long)]
@@ -155,11 +320,13 @@ pub struct TlsArgs {
     #[arg(long)]
     pub peer_trusted_ca_file: Option<PathBuf>,
     /// Refuse peer connections without a certificate signed by --peer-trusted-ca-file.
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+              value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub peer_client_cert_auth: bool,
     /// Serve and dial peers with a self-signed certificate made in DATA_DIR/fixtures/peer
     /// (encrypts peer traffic but authenticates no one: peers skip verification).
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+              value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub peer_auto_tls: bool,
     /// Serve only peers whose certificate's common name is this (with
     /// --peer-client-cert-auth: the certificate must also be signed by
@@ -289,6 +456,10 @@ pub struct Tuning {
     /// Raft election timeout, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
+    /// Concurrent requests (HTTP/2 streams) one client connection may have open; more
+    /// wait for one to finish (etcd's default: no limit).
+    #[arg(long, default_value_t = u32::MAX)]
+    pub max_concurrent_streams: u32,
     /// Largest client request accepted, in bytes (etcd's default: 1.5 MiB).
     #[arg(long, default_value_t = 1536 * 1024)]
     pub max_request_bytes: usize,
@@ -300,7 +471,9 @@ pub struct Tuning {
     pub quota_backend_bytes: u64,
     /// Once started, compare every member's HashKV at one revision; a mismatch raises the
     /// CORRUPT alarm, which stops reads and writes until `alarm disarm`.
-    #[arg(long, alias = "experimental-initial-corrupt-check")]
+    #[arg(long, alias = "experimental-initial-corrupt-check", num_args = 0..=1,
+          default_value_t = false, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub initial_corrupt_check: bool,
     /// Compare every member's HashKV this often (e.g. 1h, 30m; 0 = never, the default).
     #[arg(long, alias = "experimental-corrupt-check-time", default_value = "0", value_parser = crate::cli::parse_duration)]
@@ -341,7 +514,8 @@ pub struct Tuning {
     /// than another's, and a member with it refuses to vote during its first two election
     /// timeouts (a restarted member forgets which leader it heard from). Give it to
     /// every member or none.
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+              value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub leader_lease_reads: bool,
     /// bcrypt cost of the password hashes this member computes (4 to 31; each step
     /// doubles the work of every Authenticate and user add).
@@ -385,6 +559,10 @@ impl Tuning {
         config.heartbeat_ms = self.heartbeat_interval;
         config.election_timeout_ms = self.election_timeout;
         config.max_request_bytes = self.max_request_bytes;
+        if self.max_concurrent_streams == 0 {
+            return Err("--max-concurrent-streams must be above 0".into());
+        }
+        config.max_concurrent_streams = self.max_concurrent_streams;
         config.max_txn_ops = self.max_txn_ops;
         config.initial_corrupt_check = self.initial_corrupt_check;
         config.max_connections = self.max_connections.max(1);
@@ -506,10 +684,33 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     if args.enable_v2 {
         return Err("--enable-v2: oncekv serves etcd's v3 API only (etcd 3.4's default is --enable-v2=false)".into());
     }
+    for warning in args.etcd.check()? {
+        tracing::warn!("{warning}");
+    }
+    if args
+        .log
+        .log_package_levels
+        .as_deref()
+        .is_some_and(|l| !l.trim().is_empty())
+    {
+        return Err(
+            "--log-package-levels: capnslog's per-package levels are not supported; \
+                    use --log-level"
+                .into(),
+        );
+    }
     let client_addrs = parse_listen_urls("listen-client-urls", &args.listen_client_urls)?;
     let client_addr = client_addrs[0];
     let peer_addr = parse_url(&args.listen_peer_urls)?;
-    let mut members = parse_initial_cluster(&args.initial_cluster)?;
+    // Without --initial-cluster a member founds a cluster of itself (etcd's default).
+    let initial_cluster = args.initial_cluster.clone().unwrap_or_else(|| {
+        let peer_url = args
+            .initial_advertise_peer_urls
+            .as_deref()
+            .unwrap_or(&args.listen_peer_urls);
+        format!("{}={peer_url}", args.name)
+    });
+    let mut members = parse_initial_cluster(&initial_cluster)?;
     if let Some(urls) = &args.initial_advertise_peer_urls {
         check_advertised_peer_url(&args.name, &members, urls)?;
     }
@@ -524,6 +725,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
     config.more_client_addrs = client_addrs[1..].to_vec();
+    config.wal_dir = args.wal_dir.clone();
     args.tuning.apply(&mut config)?;
     args.tls.apply(
         &mut config,
