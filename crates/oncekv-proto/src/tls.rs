@@ -42,6 +42,125 @@ pub enum TlsError {
     HalfIdentity,
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    #[error("{path} holds no certificate revocation list (PEM \"X509 CRL\" or DER)")]
+    NoCrl { path: PathBuf },
+    #[error("--cipher-suites: {0}")]
+    CipherSuite(String),
+}
+
+/// The TLS 1.2 cipher suites etcd's `--cipher-suites` may name (Go's names) that rustls
+/// implements: ECDHE key exchange with AES-GCM or ChaCha20-Poly1305. Go's others (CBC,
+/// RSA key exchange, 3DES, RC4) are refused by name.
+const TLS12_SUITES: [(&str, rustls::CipherSuite); 6] = [
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+];
+
+/// The crypto provider for etcd's `--cipher-suites` list (empty: every suite). As in Go,
+/// which etcd is written in, the list restricts TLS 1.2; TLS 1.3's suites stay on unless
+/// the list names some of them (`TLS_AES_128_GCM_SHA256`...), then only those. A name
+/// that is not a suite oncekv can offer is an error.
+pub fn provider_for_suites(names: &[String]) -> Result<Arc<CryptoProvider>, TlsError> {
+    let base = rustls::crypto::ring::default_provider();
+    if names.is_empty() {
+        return Ok(Arc::new(base));
+    }
+    let mut tls12 = Vec::new();
+    let mut tls13 = Vec::new();
+    for given in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        // Go also knows the ChaCha20 suites by their RFC names, with _SHA256.
+        let name = given.trim_end_matches("_SHA256");
+        let wanted = TLS12_SUITES
+            .iter()
+            .find(|(go, _)| go.trim_end_matches("_SHA256") == name)
+            .map(|(_, suite)| *suite);
+        let found = base.cipher_suites.iter().find(|s| match wanted {
+            Some(suite) => s.suite() == suite,
+            None => {
+                s.version() == &rustls::version::TLS13
+                    && format!("{:?}", s.suite())
+                        .trim_start_matches("TLS13_")
+                        .trim_end_matches("_SHA256")
+                        == name.trim_start_matches("TLS_")
+            }
+        });
+        match found {
+            Some(suite) if suite.version() == &rustls::version::TLS13 => tls13.push(*suite),
+            Some(suite) => tls12.push(*suite),
+            None => {
+                return Err(TlsError::CipherSuite(format!(
+                    "{given} is not offered (oncekv offers {} and TLS 1.3's)",
+                    TLS12_SUITES
+                        .iter()
+                        .map(|(go, _)| *go)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+    }
+    if tls13.is_empty() {
+        tls13 = base
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS13)
+            .copied()
+            .collect();
+    }
+    Ok(Arc::new(CryptoProvider {
+        cipher_suites: tls13.into_iter().chain(tls12).collect(),
+        ..base
+    }))
+}
+
+/// The certificate revocation lists in `path` (etcd's `--client-crl-file`): PEM blocks
+/// or one DER list.
+pub fn load_crls(
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateRevocationListDer<'static>>, TlsError> {
+    use rustls::pki_types::CertificateRevocationListDer;
+    let bytes = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let pem: Vec<_> = CertificateRevocationListDer::pem_slice_iter(&bytes)
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::BadCertificate {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if !pem.is_empty() {
+        return Ok(pem);
+    }
+    // DER: an ASN.1 SEQUENCE.
+    if bytes.first() == Some(&0x30) {
+        return Ok(vec![CertificateRevocationListDer::from(bytes)]);
+    }
+    Err(TlsError::NoCrl {
+        path: path.to_path_buf(),
+    })
 }
 
 /// The crypto every oncekv TLS configuration uses.
@@ -215,5 +334,45 @@ impl ServerCertVerifier for AcceptAnyServer {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suites(names: &[&str]) -> Result<Vec<rustls::CipherSuite>, TlsError> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        Ok(provider_for_suites(&names)?
+            .cipher_suites
+            .iter()
+            .map(|s| s.suite())
+            .collect())
+    }
+
+    #[test]
+    fn etcds_cipher_suite_names_restrict_tls12_and_keep_tls13() -> Result<(), TlsError> {
+        let all = rustls::crypto::ring::default_provider().cipher_suites.len();
+        assert_eq!(suites(&[])?.len(), all);
+        let chosen = suites(&[
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+        ])?;
+        assert!(chosen.contains(&rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256));
+        assert!(
+            chosen.contains(&rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256)
+        );
+        assert!(!chosen.contains(&rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384));
+        // TLS 1.3 stays whole, as in Go, unless its suites are named.
+        assert!(chosen.contains(&rustls::CipherSuite::TLS13_AES_256_GCM_SHA384));
+        let only13 = suites(&["TLS_AES_128_GCM_SHA256"])?;
+        assert!(only13.contains(&rustls::CipherSuite::TLS13_AES_128_GCM_SHA256));
+        assert!(!only13.contains(&rustls::CipherSuite::TLS13_AES_256_GCM_SHA384));
+        let refused = suites(&["TLS_RSA_WITH_AES_128_CBC_SHA"]).map(|_| ());
+        assert!(
+            matches!(&refused, Err(TlsError::CipherSuite(m)) if m.contains("TLS_RSA_WITH_AES_128_CBC_SHA")),
+            "{refused:?}"
+        );
+        Ok(())
     }
 }

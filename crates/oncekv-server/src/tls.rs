@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-use oncekv_proto::tls::{TlsError, load_certs, load_key, load_roots, provider};
+use oncekv_proto::tls::{
+    TlsError, load_certs, load_crls, load_key, load_roots, provider_for_suites,
+};
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -39,6 +41,11 @@ pub struct TlsFiles {
     /// Only connections whose certificate (signed by `trusted_ca_file`) has this common
     /// name are served (etcd's `--peer-cert-allowed-cn`).
     pub allowed_cn: Option<String>,
+    /// Revoked certificates (etcd's `--client-crl-file`, `--peer-crl-file`): a connection
+    /// presenting one is refused. Re-read when the file changes, like the certificates.
+    pub crl_file: Option<PathBuf>,
+    /// etcd's `--cipher-suites` (Go's names); empty: every suite rustls offers.
+    pub cipher_suites: Vec<String>,
 }
 
 /// Each file's modification time and length, `None` if it cannot be read: a change in
@@ -49,6 +56,7 @@ impl TlsFiles {
     fn stamp(&self) -> Stamp {
         let mut paths = vec![&self.cert_file, &self.key_file];
         paths.extend(self.trusted_ca_file.as_ref());
+        paths.extend(self.crl_file.as_ref());
         paths
             .into_iter()
             .map(|p| {
@@ -59,12 +67,21 @@ impl TlsFiles {
     }
 
     fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
-        let builder = ServerConfig::builder_with_provider(provider())
+        let provider = provider_for_suites(&self.cipher_suites)?;
+        let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()?;
         let builder = match &self.trusted_ca_file {
             Some(ca) => {
                 let roots = Arc::new(load_roots(ca)?);
-                let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider());
+                let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
+                if let Some(crl) = &self.crl_file {
+                    // As etcd checks a CRL: the presented certificate itself, and a
+                    // certificate the list does not cover is not refused for that.
+                    verifier = verifier
+                        .with_crls(load_crls(crl)?)
+                        .only_check_end_entity_revocation()
+                        .allow_unknown_revocation_status();
+                }
                 let verifier = if self.client_cert_auth {
                     verifier
                 } else {
@@ -289,6 +306,8 @@ pub fn self_signed(dir: &Path, hosts: &[String]) -> io::Result<TlsFiles> {
         client_cert_auth: false,
         self_signed: true,
         allowed_cn: None,
+        crl_file: None,
+        cipher_suites: Vec::new(),
     };
     if files.cert_file.exists() && files.key_file.exists() {
         return Ok(files);
@@ -326,14 +345,24 @@ pub struct DevPki {
     pub server_key: PathBuf,
     /// `(user, certificate, key)`.
     pub clients: Vec<(String, PathBuf, PathBuf)>,
+    /// The authority's revocation list (`crl.pem`), listing the certificates of the users
+    /// given to [`DevPki::create_revoking`] (none for [`DevPki::create`]).
+    pub crl_file: PathBuf,
 }
 
 impl DevPki {
     /// Writes a new authority and its certificates into `dir`.
     pub fn create(dir: &Path, users: &[&str]) -> io::Result<DevPki> {
+        DevPki::create_revoking(dir, users, &[])
+    }
+
+    /// [`DevPki::create`], with the certificates of `revoked` (some of `users`) on the
+    /// authority's revocation list.
+    pub fn create_revoking(dir: &Path, users: &[&str], revoked: &[&str]) -> io::Result<DevPki> {
         use rcgen::{
-            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-            KeyPair, KeyUsagePurpose,
+            BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
+            ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose,
+            RevokedCertParams, SerialNumber,
         };
         let failed = |e: rcgen::Error| io::Error::other(format!("making certificates: {e}"));
         std::fs::create_dir_all(dir)?;
@@ -348,8 +377,12 @@ impl DevPki {
         let ca_file = dir.join("ca.pem");
         std::fs::write(&ca_file, ca_cert.pem())?;
 
+        // Serial numbers are the certificates' order of making, so the list can name them.
+        let serial = std::cell::Cell::new(1u64);
         let leaf = |sans: Vec<String>, cn: &str, name: &str| -> io::Result<(PathBuf, PathBuf)> {
             let mut params = CertificateParams::new(sans).map_err(failed)?;
+            serial.set(serial.get() + 1);
+            params.serial_number = Some(SerialNumber::from(serial.get()));
             params.distinguished_name.push(DnType::CommonName, cn);
             params.key_usages = vec![
                 KeyUsagePurpose::DigitalSignature,
@@ -372,15 +405,37 @@ impl DevPki {
         let hosts = ["127.0.0.1", "localhost", "::1"].map(String::from).to_vec();
         let (server_cert, server_key) = leaf(hosts, "oncekv member", "server")?;
         let mut clients = Vec::new();
+        let mut revoked_certs = Vec::new();
         for user in users {
             let (cert, key) = leaf(Vec::new(), user, &format!("client-{user}"))?;
             clients.push((user.to_string(), cert, key));
+            if revoked.contains(user) {
+                revoked_certs.push(RevokedCertParams {
+                    serial_number: SerialNumber::from(serial.get()),
+                    revocation_time: rcgen::date_time_ymd(2020, 1, 1),
+                    reason_code: None,
+                    invalidity_date: None,
+                });
+            }
         }
+        let crl = CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2020, 1, 1),
+            next_update: rcgen::date_time_ymd(2100, 1, 1),
+            crl_number: SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs,
+            key_identifier_method: KeyIdMethod::Sha256,
+        }
+        .signed_by(&issuer)
+        .map_err(failed)?;
+        let crl_file = dir.join("crl.pem");
+        std::fs::write(&crl_file, crl.pem().map_err(failed)?)?;
         Ok(DevPki {
             ca_file,
             server_cert,
             server_key,
             clients,
+            crl_file,
         })
     }
 
@@ -394,6 +449,8 @@ impl DevPki {
             client_cert_auth,
             self_signed: false,
             allowed_cn: None,
+            crl_file: None,
+            cipher_suites: Vec::new(),
         };
         (files(client_cert_auth), files(true))
     }

@@ -193,8 +193,9 @@ pub fn yaml_args(text: &str, known: &BTreeSet<&str>) -> Result<Vec<String>, Stri
                     let k = k
                         .as_str()
                         .ok_or_else(|| format!("{key}: a key is not a string: {k:?}"))?;
-                    let flag = match k {
-                        "allowed-cn" | "allowed-hostname" => format!("{prefix}cert-{k}"),
+                    let flag = match (prefix, k) {
+                        (_, "allowed-cn" | "allowed-hostname") => format!("{prefix}cert-{k}"),
+                        ("", "crl-file") => "client-crl-file".to_string(),
                         _ => format!("{prefix}{k}"),
                     };
                     push_arg(&mut args, &format!("{key}.{k}"), &flag, v, known)?;
@@ -253,6 +254,7 @@ mod tests {
             "data-dir",
             "log-outputs",
             "client-cert-auth",
+            "client-crl-file",
             "cert-file",
             "peer-cert-file",
             "peer-client-cert-auth",
@@ -266,7 +268,8 @@ mod tests {
     #[test]
     fn an_etcd_configuration_file_becomes_flags() {
         let text = "name: 'infra1'\ndata-dir:\nsnapshot-count: 5000\nlog-outputs: [stderr]\n\
-                    client-transport-security:\n  cert-file: /c.pem\n  client-cert-auth: false\n\
+                    client-transport-security:\n  cert-file: /c.pem\n  client-cert-auth: false\n  \
+                    crl-file: /crl.pem\n\
                     peer-transport-security:\n  cert-file: /p.pem\n  client-cert-auth: true\n  \
                     allowed-cn: m1\nwal-dir:\ncors: ''\n";
         assert_eq!(
@@ -277,6 +280,7 @@ mod tests {
                 "--log-outputs=stderr".into(),
                 "--cert-file=/c.pem".into(),
                 "--client-cert-auth=false".into(),
+                "--client-crl-file=/crl.pem".into(),
                 "--peer-cert-file=/p.pem".into(),
                 "--peer-client-cert-auth=true".into(),
                 "--peer-cert-allowed-cn=m1".into(),

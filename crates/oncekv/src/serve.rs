@@ -333,6 +333,18 @@ pub struct TlsArgs {
     /// --peer-trusted-ca-file). Refused connections are logged.
     #[arg(long)]
     pub peer_cert_allowed_cn: Option<String>,
+    /// Certificate revocation list (PEM or DER): clients presenting a certificate it
+    /// lists are refused. Re-read when the file changes.
+    #[arg(long)]
+    pub client_crl_file: Option<PathBuf>,
+    /// Certificate revocation list for peers' certificates.
+    #[arg(long)]
+    pub peer_crl_file: Option<PathBuf>,
+    /// TLS 1.2 cipher suites both ports offer, comma separated, by Go's names (etcd's
+    /// list, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256): ECDHE with AES-GCM or
+    /// ChaCha20-Poly1305. As in etcd, TLS 1.3 stays on with its own suites. [default: all]
+    #[arg(long)]
+    pub cipher_suites: Option<String>,
 }
 
 impl TlsArgs {
@@ -377,6 +389,38 @@ impl TlsArgs {
                 )
             }),
         )?;
+        let suites: Vec<String> = self
+            .cipher_suites
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !suites.is_empty() {
+            // Checked now, so that a misspelt name stops the start with its flag.
+            oncekv_proto::tls::provider_for_suites(&suites).map_err(|e| e.to_string())?;
+            if config.client_tls.is_none() && config.peer_tls.is_none() {
+                return Err("--cipher-suites: neither port serves TLS".into());
+            }
+        }
+        for (port, crl, files) in [
+            ("client", &self.client_crl_file, config.client_tls.as_mut()),
+            ("peer", &self.peer_crl_file, config.peer_tls.as_mut()),
+        ] {
+            let prefix = if port == "peer" { "peer-" } else { "" };
+            if let Some(files) = files {
+                files.cipher_suites = suites.clone();
+                files.crl_file = crl.clone();
+                if crl.is_some() && files.trusted_ca_file.is_none() {
+                    return Err(format!(
+                        "--{port}-crl-file needs --{prefix}trusted-ca-file: without it no \
+                         {port} presents a certificate to check"
+                    ));
+                }
+            } else if crl.is_some() {
+                return Err(format!("--{port}-crl-file: the {port} port serves no TLS"));
+            }
+        }
         if let Some(cn) = &self.peer_cert_allowed_cn {
             match config.peer_tls.as_mut() {
                 Some(files) if files.client_cert_auth => files.allowed_cn = Some(cn.clone()),
@@ -410,6 +454,8 @@ fn port_tls(
             client_cert_auth,
             self_signed: false,
             allowed_cn: None,
+            crl_file: None,
+            cipher_suites: Vec::new(),
         }),
         (Some(_), None, _) | (None, Some(_), _) => {
             return Err(format!(

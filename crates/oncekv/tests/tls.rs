@@ -360,3 +360,80 @@ async fn client_certificates_are_required_and_reloaded() {
     ]);
     assert!(etcdctl(&old).is_err(), "the replaced CA still works");
 }
+
+/// Whether a TLS 1.2 handshake offering only `suite` completes with the server at `port`.
+fn tls12_handshake(port: u16, suite: rustls::CipherSuite, ca: &Path) -> bool {
+    let base = rustls::crypto::ring::default_provider();
+    let provider = rustls::crypto::CryptoProvider {
+        cipher_suites: base
+            .cipher_suites
+            .iter()
+            .filter(|s| s.suite() == suite)
+            .copied()
+            .collect(),
+        ..base
+    };
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(oncekv_proto::tls::load_roots(ca).unwrap())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while conn.is_handshaking() {
+        if conn.complete_io(&mut tcp).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+// etcd's --client-crl-file refuses a revoked client certificate (and only it), and
+// --cipher-suites limits the TLS 1.2 suites offered, by Go's names.
+#[test]
+fn revoked_certificates_and_unlisted_cipher_suites_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = DevPki::create_revoking(&dir.path().join("pki"), &["alice", "mallory"], &["mallory"])
+        .unwrap();
+    let ports = (free_port(), free_port());
+    let tls = vec![
+        format!("--cert-file={}", path(&pki.server_cert)),
+        format!("--key-file={}", path(&pki.server_key)),
+        format!("--trusted-ca-file={}", path(&pki.ca_file)),
+        format!("--client-crl-file={}", path(&pki.crl_file)),
+        "--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_string(),
+        format!("--peer-cert-file={}", path(&pki.server_cert)),
+        format!("--peer-key-file={}", path(&pki.server_key)),
+        format!("--peer-trusted-ca-file={}", path(&pki.ca_file)),
+    ];
+    let initial = format!("n1=https://127.0.0.1:{}", ports.1);
+    let _member = Members(vec![serve_tls(dir.path(), "n1", ports, &initial, &tls)]);
+    let client_url = format!("https://127.0.0.1:{}", ports.0);
+    let identity = |user: usize| {
+        vec![
+            format!("--cacert={}", path(&pki.ca_file)),
+            format!("--cert={}", path(&pki.clients[user].1)),
+            format!("--key={}", path(&pki.clients[user].2)),
+        ]
+    };
+    wait_put(&identity(0), &client_url);
+    let mut revoked = identity(1);
+    revoked.extend(strings(&[&format!("--endpoints={client_url}"), "get", "k"]));
+    assert!(
+        etcdctl(&revoked).is_err(),
+        "a revoked certificate was served"
+    );
+
+    assert!(tls12_handshake(
+        ports.0,
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        &pki.ca_file
+    ));
+    assert!(!tls12_handshake(
+        ports.0,
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        &pki.ca_file
+    ));
+}
