@@ -66,6 +66,9 @@ pub struct NodeConfig {
     /// HTTP/2 streams one client connection may have open at once (etcd's
     /// `--max-concurrent-streams`; its default, `u32::MAX`, is no limit).
     pub max_concurrent_streams: u32,
+    /// etcd's `--metrics extensive`: also `grpc_server_handling_seconds`, each gRPC call's
+    /// duration by method (basic: counts only).
+    pub metrics_extensive: bool,
     /// Where the raft log lives (etcd's `--wal-dir`); `None`: `data_dir/log`. A member
     /// records a chosen directory in its data directory and refuses to start with another
     /// (see [`crate::node::log_dir`]).
@@ -136,6 +139,7 @@ impl NodeConfig {
             grpc_keepalive_interval: Duration::from_secs(2 * 3600),
             grpc_keepalive_timeout: Duration::from_secs(20),
             max_concurrent_streams: u32::MAX,
+            metrics_extensive: false,
             wal_dir: None,
             bcrypt_cost: 10,
             auth_token_ttl: Duration::from_secs(300),

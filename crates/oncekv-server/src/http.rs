@@ -258,9 +258,12 @@ where
     }
 
     fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let call = GrpcCall::from_path(req.uri().path());
-        if let Some(call) = &call {
+        let mut call = GrpcCall::from_path(req.uri().path());
+        if let Some(call) = &mut call {
             self.metrics.grpc_started(call);
+            if self.metrics.times_grpc() {
+                call.started = Some(std::time::Instant::now());
+            }
         }
         let metrics = self.metrics.clone();
         let fut = self.inner.call(req);

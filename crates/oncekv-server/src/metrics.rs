@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use oncekv_core::SessionError;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::request_path::NodeCore;
@@ -48,6 +48,8 @@ pub struct NodeMetrics {
     leases: IntGauge,
     grpc_started: IntCounterVec,
     grpc_handled: IntCounterVec,
+    /// With `--metrics extensive` (etcd's flag): how long each gRPC call took.
+    grpc_handling: Option<HistogramVec>,
     sessions: IntGauge,
     duplicates: MonotonicCounter,
     executed: MonotonicCounter,
@@ -84,6 +86,12 @@ impl NodeMetrics {
     /// A registry with every metric registered. Registration fails only for a name
     /// registered twice, which is a programming error caught by the tests.
     pub fn new() -> Result<NodeMetrics, prometheus::Error> {
+        NodeMetrics::with_handling_times(false)
+    }
+
+    /// [`NodeMetrics::new`], with `grpc_server_handling_seconds` when `extensive` (etcd's
+    /// `--metrics extensive`: a clock read per call, and a histogram per method).
+    pub fn with_handling_times(extensive: bool) -> Result<NodeMetrics, prometheus::Error> {
         let registry = Registry::new();
         let r = &registry;
         let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
@@ -137,6 +145,20 @@ impl NodeMetrics {
             &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
         )?;
         r.register(Box::new(grpc_handled.clone()))?;
+        let grpc_handling = if extensive {
+            // Prometheus's default buckets, as etcd's (go-grpc-prometheus) histogram has.
+            let h = HistogramVec::new(
+                HistogramOpts::new(
+                    "grpc_server_handling_seconds",
+                    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+                ),
+                &grpc_labels,
+            )?;
+            r.register(Box::new(h.clone()))?;
+            Some(h)
+        } else {
+            None
+        };
 
         let session_errors_vec = IntCounterVec::new(
             Opts::new(
@@ -252,6 +274,7 @@ impl NodeMetrics {
             )?,
             grpc_started,
             grpc_handled,
+            grpc_handling,
             registry,
         })
     }
@@ -293,11 +316,21 @@ impl NodeMetrics {
             .inc();
     }
 
+    /// Whether calls are timed (`--metrics extensive`): then [`GrpcCall::started`] is
+    /// to be set when a call arrives.
+    pub fn times_grpc(&self) -> bool {
+        self.grpc_handling.is_some()
+    }
+
     /// A gRPC call finished with `code` (its `grpc-status`, as a name).
     pub fn grpc_handled(&self, call: &GrpcCall, code: &str) {
         self.grpc_handled
             .with_label_values(&[call.kind, call.service, call.method, code])
             .inc();
+        if let (Some(h), Some(started)) = (&self.grpc_handling, call.started) {
+            h.with_label_values(&[call.kind, call.service, call.method])
+                .observe(started.elapsed().as_secs_f64());
+        }
     }
 
     /// The text exposition of every metric, after reading the scrape-time ones from
@@ -356,6 +389,8 @@ pub struct GrpcCall {
     pub kind: &'static str,
     pub service: &'static str,
     pub method: &'static str,
+    /// When the call arrived, if calls are timed ([`NodeMetrics::times_grpc`]).
+    pub started: Option<std::time::Instant>,
 }
 
 /// Every registered gRPC service, and its streaming methods with their gRPC type.
@@ -395,6 +430,7 @@ impl GrpcCall {
             kind,
             service,
             method: intern(method),
+            started: None,
         })
     }
 }
@@ -478,6 +514,32 @@ mod tests {
         assert_eq!(m.counter.get(), 15);
         m.follow(3); // the source restarted (a snapshot install)
         assert_eq!(m.counter.get(), 18);
+    }
+
+    // --metrics extensive adds etcd's handling-time histogram, fed by timed calls.
+    #[test]
+    fn extensive_metrics_time_grpc_calls() {
+        let basic = NodeMetrics::new().expect("registry");
+        assert!(!basic.times_grpc());
+        let m = NodeMetrics::with_handling_times(true).expect("registry");
+        assert!(m.times_grpc());
+        let mut call = GrpcCall::from_path("/etcdserverpb.KV/Put").expect("a KV call");
+        call.started = Some(std::time::Instant::now());
+        m.grpc_handled(&call, "OK");
+        let families = m.registry.gather();
+        let family = families
+            .iter()
+            .find(|f| f.name() == "grpc_server_handling_seconds")
+            .expect("the histogram is registered");
+        let histogram = family.get_metric()[0].get_histogram();
+        assert_eq!(histogram.get_sample_count(), 1);
+        assert!(
+            !basic
+                .registry
+                .gather()
+                .iter()
+                .any(|f| f.name() == "grpc_server_handling_seconds")
+        );
     }
 
     #[test]

@@ -182,7 +182,8 @@ impl Node {
             .collect();
 
         let metrics = Arc::new(
-            NodeMetrics::new().map_err(|e| StartError::Raft(format!("metrics registry: {e}")))?,
+            NodeMetrics::with_handling_times(config.metrics_extensive)
+                .map_err(|e| StartError::Raft(format!("metrics registry: {e}")))?,
         );
         let fsync_metrics = metrics.clone();
         let log_options = LogStoreOptions::default()

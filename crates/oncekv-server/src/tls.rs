@@ -41,6 +41,10 @@ pub struct TlsFiles {
     /// Only connections whose certificate (signed by `trusted_ca_file`) has this common
     /// name are served (etcd's `--peer-cert-allowed-cn`).
     pub allowed_cn: Option<String>,
+    /// Only connections whose certificate (signed by `trusted_ca_file`) is valid for this
+    /// host name or IP address by its subject alternative names are served (etcd's
+    /// `--peer-cert-allowed-hostname`, `--client-cert-allowed-hostname`).
+    pub allowed_hostname: Option<String>,
     /// Revoked certificates (etcd's `--client-crl-file`, `--peer-crl-file`): a connection
     /// presenting one is refused. Re-read when the file changes, like the certificates.
     pub crl_file: Option<PathBuf>,
@@ -184,17 +188,28 @@ where
     crate::conn_guard::prepare_each(incoming, move |io| {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
         let allowed_cn = tls.files().allowed_cn.clone();
+        let allowed_hostname = tls.files().allowed_hostname.clone();
         async move {
             match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor.accept(io)).await {
                 Ok(Ok(stream)) => {
+                    let cert = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|certs| certs.first());
                     let identity = CertIdentity {
-                        common_name: stream
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|certs| certs.first())
-                            .and_then(|cert| common_name(cert)),
+                        common_name: cert.and_then(|cert| common_name(cert)),
                     };
+                    if let Some(host) = &allowed_hostname
+                        && !cert.is_some_and(|cert| names_host(cert, host))
+                    {
+                        tracing::warn!(
+                            common_name = identity.common_name.as_deref().unwrap_or("(none)"),
+                            allowed = %host,
+                            "refused a connection: its certificate is not valid for the allowed host name"
+                        );
+                        return None;
+                    }
                     if let Some(allowed) = &allowed_cn
                         && identity.common_name.as_deref() != Some(allowed.as_str())
                     {
@@ -218,6 +233,42 @@ where
             }
         }
     })
+}
+
+/// Whether a DER certificate is valid for `host` by its subject alternative names: an IP
+/// address equal to it, or a DNS name equal to it (ignoring case) or matching it by a
+/// leading `*.` wildcard for one label. As Go checks a host name, the common name is not
+/// consulted.
+fn names_host(cert: &[u8], host: &str) -> bool {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
+        return false;
+    };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else {
+        return false;
+    };
+    let ip: Option<std::net::IpAddr> = host.parse().ok();
+    san.value.general_names.iter().any(|name| match (name, ip) {
+        (GeneralName::DNSName(dns), None) => dns_name_matches(dns, host),
+        (GeneralName::IPAddress(bytes), Some(std::net::IpAddr::V4(ip))) => {
+            *bytes == ip.octets().as_slice()
+        }
+        (GeneralName::IPAddress(bytes), Some(std::net::IpAddr::V6(ip))) => {
+            *bytes == ip.octets().as_slice()
+        }
+        _ => false,
+    })
+}
+
+fn dns_name_matches(pattern: &str, host: &str) -> bool {
+    let pattern = pattern.trim_end_matches('.').to_ascii_lowercase();
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
+        None => pattern == host,
+    }
 }
 
 /// The subject's common name in a DER certificate.
@@ -306,6 +357,7 @@ pub fn self_signed(dir: &Path, hosts: &[String]) -> io::Result<TlsFiles> {
         client_cert_auth: false,
         self_signed: true,
         allowed_cn: None,
+        allowed_hostname: None,
         crl_file: None,
         cipher_suites: Vec::new(),
     };
@@ -449,9 +501,42 @@ impl DevPki {
             client_cert_auth,
             self_signed: false,
             allowed_cn: None,
+            allowed_hostname: None,
             crl_file: None,
             cipher_suites: Vec::new(),
         };
         (files(client_cert_auth), files(true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn allowed_host_names_match_subject_alternative_names() {
+        assert!(dns_name_matches(
+            "Member1.Example.com",
+            "member1.example.com."
+        ));
+        assert!(dns_name_matches("*.example.com", "m1.example.com"));
+        assert!(!dns_name_matches("*.example.com", "a.m1.example.com"));
+        assert!(!dns_name_matches("*.example.com", "example.com"));
+        assert!(!dns_name_matches("m1.example.com", "m2.example.com"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let pki = DevPki::create(dir.path(), &["alice"]).unwrap();
+        // The member certificate names 127.0.0.1, localhost and ::1; alice's names none.
+        let member = load_certs(&pki.server_cert).unwrap().remove(0);
+        let alice = load_certs(&pki.clients[0].1).unwrap().remove(0);
+        for host in ["localhost", "LOCALHOST", "127.0.0.1", "::1"] {
+            assert!(names_host(&member, host), "{host}");
+        }
+        for host in ["127.0.0.2", "example.com", "oncekv member"] {
+            assert!(!names_host(&member, host), "{host}");
+        }
+        assert!(!names_host(&alice, "alice"));
+        assert!(!names_host(b"not a certificate", "localhost"));
     }
 }

@@ -193,7 +193,9 @@ pub fn yaml_args(text: &str, known: &BTreeSet<&str>) -> Result<Vec<String>, Stri
                     let k = k
                         .as_str()
                         .ok_or_else(|| format!("{key}: a key is not a string: {k:?}"))?;
+                    // The client port's flags have no prefix, except these.
                     let flag = match (prefix, k) {
+                        ("", "allowed-cn" | "allowed-hostname") => format!("client-cert-{k}"),
                         (_, "allowed-cn" | "allowed-hostname") => format!("{prefix}cert-{k}"),
                         ("", "crl-file") => "client-crl-file".to_string(),
                         _ => format!("{prefix}{k}"),
@@ -207,6 +209,16 @@ pub fn yaml_args(text: &str, known: &BTreeSet<&str>) -> Result<Vec<String>, Stri
     Ok(args)
 }
 
+/// Flags etcd keeps as Go durations: its YAML file gives them in nanoseconds (a bare
+/// number), where the command line takes `2h` or `20s`.
+const DURATION_FLAGS: [&str; 5] = [
+    "grpc-keepalive-interval",
+    "grpc-keepalive-timeout",
+    "corrupt-check-time",
+    "experimental-corrupt-check-time",
+    "experimental-watch-progress-notify-interval",
+];
+
 fn push_arg(
     args: &mut Vec<String>,
     key: &str,
@@ -218,6 +230,7 @@ fn push_arg(
     let text = match value {
         Value::Null => return Ok(()),
         Value::Bool(b) => b.to_string(),
+        Value::Number(n) if DURATION_FLAGS.contains(&flag) => format!("{n}ns"),
         Value::Number(n) => n.to_string(),
         Value::String(s) => s.clone(),
         Value::Sequence(items) => items
@@ -255,11 +268,13 @@ mod tests {
             "log-outputs",
             "client-cert-auth",
             "client-crl-file",
+            "client-cert-allowed-hostname",
             "cert-file",
             "peer-cert-file",
             "peer-client-cert-auth",
             "peer-cert-allowed-cn",
             "snapshot-count",
+            "grpc-keepalive-interval",
         ]
         .into_iter()
         .collect()
@@ -268,8 +283,9 @@ mod tests {
     #[test]
     fn an_etcd_configuration_file_becomes_flags() {
         let text = "name: 'infra1'\ndata-dir:\nsnapshot-count: 5000\nlog-outputs: [stderr]\n\
+                    grpc-keepalive-interval: 7200000000000\n\
                     client-transport-security:\n  cert-file: /c.pem\n  client-cert-auth: false\n  \
-                    crl-file: /crl.pem\n\
+                    crl-file: /crl.pem\n  allowed-hostname: h1\n\
                     peer-transport-security:\n  cert-file: /p.pem\n  client-cert-auth: true\n  \
                     allowed-cn: m1\nwal-dir:\ncors: ''\n";
         assert_eq!(
@@ -278,9 +294,11 @@ mod tests {
                 "--name=infra1".to_string(),
                 "--snapshot-count=5000".into(),
                 "--log-outputs=stderr".into(),
+                "--grpc-keepalive-interval=7200000000000ns".into(),
                 "--cert-file=/c.pem".into(),
                 "--client-cert-auth=false".into(),
                 "--client-crl-file=/crl.pem".into(),
+                "--client-cert-allowed-hostname=h1".into(),
                 "--peer-cert-file=/p.pem".into(),
                 "--peer-client-cert-auth=true".into(),
                 "--peer-cert-allowed-cn=m1".into(),

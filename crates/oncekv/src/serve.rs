@@ -333,6 +333,15 @@ pub struct TlsArgs {
     /// --peer-trusted-ca-file). Refused connections are logged.
     #[arg(long)]
     pub peer_cert_allowed_cn: Option<String>,
+    /// Serve only peers whose certificate (signed by --peer-trusted-ca-file) is valid for
+    /// this host name or IP address (its subject alternative names; needs
+    /// --peer-client-cert-auth; not with --peer-cert-allowed-cn).
+    #[arg(long)]
+    pub peer_cert_allowed_hostname: Option<String>,
+    /// Serve only clients whose certificate is valid for this host name or IP address
+    /// (needs --client-cert-auth).
+    #[arg(long)]
+    pub client_cert_allowed_hostname: Option<String>,
     /// Certificate revocation list (PEM or DER): clients presenting a certificate it
     /// lists are refused. Re-read when the file changes.
     #[arg(long)]
@@ -421,6 +430,39 @@ impl TlsArgs {
                 return Err(format!("--{port}-crl-file: the {port} port serves no TLS"));
             }
         }
+        for (port, host, files) in [
+            (
+                "client",
+                &self.client_cert_allowed_hostname,
+                config.client_tls.as_mut(),
+            ),
+            (
+                "peer",
+                &self.peer_cert_allowed_hostname,
+                config.peer_tls.as_mut(),
+            ),
+        ] {
+            let Some(host) = host else { continue };
+            let prefix = if port == "peer" { "peer-" } else { "" };
+            match files {
+                Some(files) if files.client_cert_auth => {
+                    files.allowed_hostname = Some(host.clone());
+                }
+                _ => {
+                    return Err(format!(
+                        "--{port}-cert-allowed-hostname needs --{prefix}client-cert-auth (and \
+                         --{prefix}trusted-ca-file): without them no {port} presents a \
+                         certificate to check"
+                    ));
+                }
+            }
+        }
+        if self.peer_cert_allowed_cn.is_some() && self.peer_cert_allowed_hostname.is_some() {
+            return Err(
+                "--peer-cert-allowed-cn and --peer-cert-allowed-hostname are mutually exclusive"
+                    .into(),
+            );
+        }
         if let Some(cn) = &self.peer_cert_allowed_cn {
             match config.peer_tls.as_mut() {
                 Some(files) if files.client_cert_auth => files.allowed_cn = Some(cn.clone()),
@@ -454,6 +496,7 @@ fn port_tls(
             client_cert_auth,
             self_signed: false,
             allowed_cn: None,
+            allowed_hostname: None,
             crl_file: None,
             cipher_suites: Vec::new(),
         }),
@@ -502,6 +545,10 @@ pub struct Tuning {
     /// Raft election timeout, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
+    /// "basic" or "extensive": extensive adds grpc_server_handling_seconds, a histogram of
+    /// every gRPC call's duration by method, to /metrics (as etcd's does).
+    #[arg(long, default_value = "basic", value_parser = ["basic", "extensive"])]
+    pub metrics: String,
     /// Concurrent requests (HTTP/2 streams) one client connection may have open; more
     /// wait for one to finish (etcd's default: no limit).
     #[arg(long, default_value_t = u32::MAX)]
@@ -609,6 +656,7 @@ impl Tuning {
             return Err("--max-concurrent-streams must be above 0".into());
         }
         config.max_concurrent_streams = self.max_concurrent_streams;
+        config.metrics_extensive = self.metrics == "extensive";
         config.max_txn_ops = self.max_txn_ops;
         config.initial_corrupt_check = self.initial_corrupt_check;
         config.max_connections = self.max_connections.max(1);

@@ -140,7 +140,9 @@ fn a_member_started_from_an_etcd_configuration_file_serves() {
              log-outputs: [stderr]\n\
              force-new-cluster: false\n\
              auto-compaction-mode: periodic\n\
-             auto-compaction-retention: \"1\"\n",
+             auto-compaction-retention: \"1\"\n\
+             grpc-keepalive-interval: 7200000000000\n\
+             metrics: extensive\n",
             data = data.display()
         ),
     )
@@ -157,6 +159,19 @@ fn a_member_started_from_an_etcd_configuration_file_serves() {
     assert!(
         files_in(&data.join("log")) > 0,
         "the file's data-dir is not used"
+    );
+    // metrics: extensive times the calls (etcdctl's put was one).
+    let metrics = Command::new("curl")
+        .args(["-s", &format!("http://127.0.0.1:{client}/metrics")])
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("grpc_server_handling_seconds_count")
+                && l.contains("grpc_method=\"Put\"")),
+        "{metrics}"
     );
     let member = members.0.pop().unwrap();
     let (said, _) = stderr_of(member, Duration::ZERO);

@@ -437,3 +437,41 @@ fn revoked_certificates_and_unlisted_cipher_suites_are_refused() {
         &pki.ca_file
     ));
 }
+
+// etcd's --client-cert-allowed-hostname: only client certificates valid for that host
+// name are served (the member certificate names localhost; alice's names no host).
+#[test]
+fn only_certificates_for_the_allowed_host_name_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = DevPki::create(&dir.path().join("pki"), &["alice"]).unwrap();
+    let ports = (free_port(), free_port());
+    let tls = vec![
+        format!("--cert-file={}", path(&pki.server_cert)),
+        format!("--key-file={}", path(&pki.server_key)),
+        format!("--trusted-ca-file={}", path(&pki.ca_file)),
+        "--client-cert-auth=true".to_string(),
+        "--client-cert-allowed-hostname=localhost".to_string(),
+        format!("--peer-cert-file={}", path(&pki.server_cert)),
+        format!("--peer-key-file={}", path(&pki.server_key)),
+        format!("--peer-trusted-ca-file={}", path(&pki.ca_file)),
+    ];
+    let initial = format!("n1=https://127.0.0.1:{}", ports.1);
+    let _member = Members(vec![serve_tls(dir.path(), "n1", ports, &initial, &tls)]);
+    let client_url = format!("https://127.0.0.1:{}", ports.0);
+    let named = vec![
+        format!("--cacert={}", path(&pki.ca_file)),
+        format!("--cert={}", path(&pki.server_cert)),
+        format!("--key={}", path(&pki.server_key)),
+    ];
+    wait_put(&named, &client_url);
+    let mut alice = vec![
+        format!("--cacert={}", path(&pki.ca_file)),
+        format!("--cert={}", path(&pki.clients[0].1)),
+        format!("--key={}", path(&pki.clients[0].2)),
+    ];
+    alice.extend(strings(&[&format!("--endpoints={client_url}"), "get", "k"]));
+    assert!(
+        etcdctl(&alice).is_err(),
+        "a certificate for no host was served"
+    );
+}
