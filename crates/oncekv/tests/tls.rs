@@ -398,18 +398,15 @@ fn revoked_certificates_and_unlisted_cipher_suites_are_refused() {
     let pki = DevPki::create_revoking(&dir.path().join("pki"), &["alice", "mallory"], &["mallory"])
         .unwrap();
     let ports = (free_port(), free_port());
-    let tls = vec![
-        format!("--cert-file={}", path(&pki.server_cert)),
-        format!("--key-file={}", path(&pki.server_key)),
-        format!("--trusted-ca-file={}", path(&pki.ca_file)),
-        format!("--client-crl-file={}", path(&pki.crl_file)),
-        "--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_string(),
-        format!("--peer-cert-file={}", path(&pki.server_cert)),
-        format!("--peer-key-file={}", path(&pki.server_key)),
-        format!("--peer-trusted-ca-file={}", path(&pki.ca_file)),
-    ];
-    let initial = format!("n1=https://127.0.0.1:{}", ports.1);
-    let _member = Members(vec![serve_tls(dir.path(), "n1", ports, &initial, &tls)]);
+    let _member = single_tls_member(
+        dir.path(),
+        &pki,
+        ports,
+        &[
+            format!("--client-crl-file={}", path(&pki.crl_file)),
+            "--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_string(),
+        ],
+    );
     let client_url = format!("https://127.0.0.1:{}", ports.0);
     let identity = |user: usize| {
         vec![
@@ -445,18 +442,15 @@ fn only_certificates_for_the_allowed_host_name_are_served() {
     let dir = tempfile::tempdir().unwrap();
     let pki = DevPki::create(&dir.path().join("pki"), &["alice"]).unwrap();
     let ports = (free_port(), free_port());
-    let tls = vec![
-        format!("--cert-file={}", path(&pki.server_cert)),
-        format!("--key-file={}", path(&pki.server_key)),
-        format!("--trusted-ca-file={}", path(&pki.ca_file)),
-        "--client-cert-auth=true".to_string(),
-        "--client-cert-allowed-hostname=localhost".to_string(),
-        format!("--peer-cert-file={}", path(&pki.server_cert)),
-        format!("--peer-key-file={}", path(&pki.server_key)),
-        format!("--peer-trusted-ca-file={}", path(&pki.ca_file)),
-    ];
-    let initial = format!("n1=https://127.0.0.1:{}", ports.1);
-    let _member = Members(vec![serve_tls(dir.path(), "n1", ports, &initial, &tls)]);
+    let _member = single_tls_member(
+        dir.path(),
+        &pki,
+        ports,
+        &strings(&[
+            "--client-cert-auth=true",
+            "--client-cert-allowed-hostname=localhost",
+        ]),
+    );
     let client_url = format!("https://127.0.0.1:{}", ports.0);
     let named = vec![
         format!("--cacert={}", path(&pki.ca_file)),
@@ -474,4 +468,20 @@ fn only_certificates_for_the_allowed_host_name_are_served() {
         etcdctl(&alice).is_err(),
         "a certificate for no host was served"
     );
+}
+
+/// A one-member cluster `n1` with TLS on both ports from `pki` (the member certificate
+/// serves both, the CA trusted on both), plus `extra` flags.
+fn single_tls_member(dir: &Path, pki: &DevPki, ports: (u16, u16), extra: &[String]) -> Members {
+    let mut tls = vec![
+        format!("--cert-file={}", path(&pki.server_cert)),
+        format!("--key-file={}", path(&pki.server_key)),
+        format!("--trusted-ca-file={}", path(&pki.ca_file)),
+        format!("--peer-cert-file={}", path(&pki.server_cert)),
+        format!("--peer-key-file={}", path(&pki.server_key)),
+        format!("--peer-trusted-ca-file={}", path(&pki.ca_file)),
+    ];
+    tls.extend_from_slice(extra);
+    let initial = format!("n1=https://127.0.0.1:{}", ports.1);
+    Members(vec![serve_tls(dir, "n1", ports, &initial, &tls)])
 }
