@@ -819,7 +819,14 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
     config.more_client_addrs = client_addrs[1..].to_vec();
-    config.wal_dir = args.wal_dir.clone();
+    // Recorded absolute: the same relative --wal-dir from another working directory is
+    // another directory, and must not pass for the one the member was created with.
+    config.wal_dir = args
+        .wal_dir
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|e| format!("--wal-dir: {e}"))?;
     args.tuning.apply(&mut config)?;
     args.tls.apply(
         &mut config,
