@@ -110,14 +110,12 @@ pub fn resolve(
     }
 
     let mut added = Vec::new();
-    let mut used = BTreeSet::new();
     for (id, names) in &flags {
         for name in names {
             let var = env_name(name);
             let Some(value) = get_env(&var) else {
                 continue;
             };
-            used.insert(var.clone());
             if serve.value_source(id) == Some(ValueSource::CommandLine) {
                 return Err(Failure::Message(format!(
                     "conflicting environment variable {var:?} is shadowed by corresponding \
@@ -132,9 +130,15 @@ pub fn resolve(
             break;
         }
     }
+    // Unknown: naming no flag at all (one set empty, or shadowed by another name of its
+    // flag, is not unknown).
+    let known: BTreeSet<String> = flags
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(|n| env_name(n)))
+        .collect();
     let mut unknown: Vec<&(String, String)> = env
         .iter()
-        .filter(|(k, _)| k.starts_with("ETCD_") && !used.contains(k))
+        .filter(|(k, _)| k.starts_with("ETCD_") && !known.contains(k))
         .collect();
     unknown.sort();
     for (k, v) in unknown {

@@ -215,6 +215,8 @@ mod tests {
             ("ETCD_CLIENT_CERT_AUTH", "false"),
             ("ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", "true"),
             ("ETCD_NO_SUCH_FLAG", "1"),
+            // Empty is unset: no conflict with --snapshot-count, and not unknown.
+            ("ETCD_SNAPSHOT_COUNT", ""),
             ("PATH", "/bin"),
         ];
         let (cli, notes) = resolve(&["oncekv", "serve", "--snapshot-count", "7"], &env).unwrap();
