@@ -151,6 +151,64 @@ async fn etcd_client_crate_works_unchanged() {
     let status = c.status().await.unwrap();
     assert!(status.leader() != 0 && status.raft_term() >= 1);
     assert!(status.raft_index() >= status.raft_applied_index() || status.raft_applied_index() > 0);
+
+    // Maintenance as etcd answers it (the crate's own tests check these): deactivating a
+    // NONE alarm is a no-op, a Get names one type, and Defragment and MoveLeader carry no
+    // header.
+    use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+    let none = c
+        .alarm(
+            AlarmAction::Deactivate,
+            AlarmType::None,
+            Some(AlarmOptions::new()),
+        )
+        .await
+        .unwrap();
+    assert!(none.alarms().is_empty());
+    let leader = status.leader();
+    let mut on_leader = AlarmOptions::new();
+    on_leader.with_member(leader);
+    c.alarm(
+        AlarmAction::Activate,
+        AlarmType::Corrupt,
+        Some(on_leader.clone()),
+    )
+    .await
+    .unwrap();
+    let nospace = c
+        .alarm(AlarmAction::Get, AlarmType::Nospace, None)
+        .await
+        .unwrap();
+    assert!(nospace.alarms().is_empty(), "a CORRUPT alarm listed as NOSPACE");
+    let corrupt = c
+        .alarm(AlarmAction::Get, AlarmType::Corrupt, None)
+        .await
+        .unwrap();
+    assert_eq!(corrupt.alarms().len(), 1);
+    assert_eq!(
+        c.alarm(AlarmAction::Get, AlarmType::None, None)
+            .await
+            .unwrap()
+            .alarms()
+            .len(),
+        1
+    );
+    c.alarm(AlarmAction::Deactivate, AlarmType::Corrupt, Some(on_leader))
+        .await
+        .unwrap();
+    let leader_index = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut leader_client = Client::connect([cluster.endpoint(leader_index)], None)
+        .await
+        .unwrap();
+    assert!(leader_client.defragment().await.unwrap().header().is_none());
+    assert!(
+        leader_client
+            .move_leader(leader)
+            .await
+            .unwrap()
+            .header()
+            .is_none()
+    );
 }
 
 // The etcd-client crate's watch against a follower: replay from an old revision with
