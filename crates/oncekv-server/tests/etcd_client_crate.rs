@@ -179,7 +179,10 @@ async fn etcd_client_crate_works_unchanged() {
         .alarm(AlarmAction::Get, AlarmType::Nospace, None)
         .await
         .unwrap();
-    assert!(nospace.alarms().is_empty(), "a CORRUPT alarm listed as NOSPACE");
+    assert!(
+        nospace.alarms().is_empty(),
+        "a CORRUPT alarm listed as NOSPACE"
+    );
     let corrupt = c
         .alarm(AlarmAction::Get, AlarmType::Corrupt, None)
         .await
