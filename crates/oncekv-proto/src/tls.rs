@@ -48,35 +48,44 @@ pub enum TlsError {
     CipherSuite(String),
 }
 
-/// The TLS 1.2 cipher suites etcd's `--cipher-suites` may name (Go's names) that rustls
-/// implements: ECDHE key exchange with AES-GCM or ChaCha20-Poly1305. Go's others (CBC,
-/// RSA key exchange, 3DES, RC4) are refused by name.
-const TLS12_SUITES: [(&str, rustls::CipherSuite); 6] = [
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
-        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-];
+/// The cipher suites etcd's `--cipher-suites` may name (Go's names) that rustls
+/// implements: for TLS 1.2, ECDHE key exchange with AES-GCM or ChaCha20-Poly1305 (Go's
+/// others, CBC, RSA key exchange, 3DES and RC4, are refused by name); and TLS 1.3's three.
+const SUITES: [(&str, rustls::CipherSuite); 9] = {
+    use rustls::CipherSuite as S;
+    [
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+            S::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+            S::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
+        ("TLS_AES_128_GCM_SHA256", S::TLS13_AES_128_GCM_SHA256),
+        ("TLS_AES_256_GCM_SHA384", S::TLS13_AES_256_GCM_SHA384),
+        (
+            "TLS_CHACHA20_POLY1305_SHA256",
+            S::TLS13_CHACHA20_POLY1305_SHA256,
+        ),
+    ]
+};
 
 /// The crypto provider for etcd's `--cipher-suites` list (empty: every suite). As in Go,
 /// which etcd is written in, the list restricts TLS 1.2; TLS 1.3's suites stay on unless
@@ -84,53 +93,33 @@ const TLS12_SUITES: [(&str, rustls::CipherSuite); 6] = [
 /// that is not a suite oncekv can offer is an error.
 pub fn provider_for_suites(names: &[String]) -> Result<Arc<CryptoProvider>, TlsError> {
     let base = rustls::crypto::ring::default_provider();
-    if names.is_empty() {
+    let is_tls13 = |s: &rustls::SupportedCipherSuite| s.version() == &rustls::version::TLS13;
+    let mut chosen = Vec::new();
+    for given in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        // Go knows the TLS 1.2 ChaCha20 suites with and without the trailing _SHA256.
+        let wanted = SUITES
+            .iter()
+            .find(|(go, _)| *go == given || given.strip_suffix("_SHA256") == Some(go))
+            .map(|(_, suite)| *suite);
+        let found = wanted.and_then(|w| base.cipher_suites.iter().find(|s| s.suite() == w));
+        let Some(suite) = found else {
+            return Err(TlsError::CipherSuite(format!(
+                "{given} is not offered (oncekv offers {})",
+                SUITES.map(|(go, _)| go).join(", ")
+            )));
+        };
+        chosen.push(*suite);
+    }
+    if chosen.is_empty() {
         return Ok(Arc::new(base));
     }
-    let mut tls12 = Vec::new();
-    let mut tls13 = Vec::new();
-    for given in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-        // Go also knows the ChaCha20 suites by their RFC names, with _SHA256.
-        let name = given.trim_end_matches("_SHA256");
-        let wanted = TLS12_SUITES
-            .iter()
-            .find(|(go, _)| go.trim_end_matches("_SHA256") == name)
-            .map(|(_, suite)| *suite);
-        let found = base.cipher_suites.iter().find(|s| match wanted {
-            Some(suite) => s.suite() == suite,
-            None => {
-                s.version() == &rustls::version::TLS13
-                    && format!("{:?}", s.suite())
-                        .trim_start_matches("TLS13_")
-                        .trim_end_matches("_SHA256")
-                        == name.trim_start_matches("TLS_")
-            }
-        });
-        match found {
-            Some(suite) if suite.version() == &rustls::version::TLS13 => tls13.push(*suite),
-            Some(suite) => tls12.push(*suite),
-            None => {
-                return Err(TlsError::CipherSuite(format!(
-                    "{given} is not offered (oncekv offers {} and TLS 1.3's)",
-                    TLS12_SUITES
-                        .iter()
-                        .map(|(go, _)| *go)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-        }
+    if !chosen.iter().any(is_tls13) {
+        chosen.extend(base.cipher_suites.iter().filter(|s| is_tls13(s)).copied());
     }
-    if tls13.is_empty() {
-        tls13 = base
-            .cipher_suites
-            .iter()
-            .filter(|s| s.version() == &rustls::version::TLS13)
-            .copied()
-            .collect();
-    }
+    // rustls prefers suites in this order: TLS 1.3's first, as its default list has them.
+    chosen.sort_by_key(|s| !is_tls13(s));
     Ok(Arc::new(CryptoProvider {
-        cipher_suites: tls13.into_iter().chain(tls12).collect(),
+        cipher_suites: chosen,
         ..base
     }))
 }

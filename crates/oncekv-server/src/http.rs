@@ -261,9 +261,6 @@ where
         let mut call = GrpcCall::from_path(req.uri().path());
         if let Some(call) = &mut call {
             self.metrics.grpc_started(call);
-            if self.metrics.times_grpc() {
-                call.started = Some(std::time::Instant::now());
-            }
         }
         let metrics = self.metrics.clone();
         let fut = self.inner.call(req);

@@ -309,15 +309,17 @@ impl NodeMetrics {
         self.proposals_failed.inc();
     }
 
-    /// A gRPC call started.
-    pub fn grpc_started(&self, call: &GrpcCall) {
+    /// A gRPC call started: counted, and its start time kept when calls are timed.
+    pub fn grpc_started(&self, call: &mut GrpcCall) {
         self.grpc_started
             .with_label_values(&[call.kind, call.service, call.method])
             .inc();
+        if self.times_grpc() {
+            call.started = Some(std::time::Instant::now());
+        }
     }
 
-    /// Whether calls are timed (`--metrics extensive`): then [`GrpcCall::started`] is
-    /// to be set when a call arrives.
+    /// Whether calls are timed (`--metrics extensive`).
     pub fn times_grpc(&self) -> bool {
         self.grpc_handling.is_some()
     }
@@ -524,7 +526,8 @@ mod tests {
         let m = NodeMetrics::with_handling_times(true).expect("registry");
         assert!(m.times_grpc());
         let mut call = GrpcCall::from_path("/etcdserverpb.KV/Put").expect("a KV call");
-        call.started = Some(std::time::Instant::now());
+        m.grpc_started(&mut call);
+        assert!(call.started.is_some());
         m.grpc_handled(&call, "OK");
         let families = m.registry.gather();
         let family = families

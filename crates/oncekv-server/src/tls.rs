@@ -27,7 +27,7 @@ use crate::conn_guard::FIRST_BYTES_TIMEOUT;
 
 /// A port's certificate files (etcd's `--cert-file`, `--key-file`, `--trusted-ca-file`,
 /// `--client-cert-auth`, or their `--peer-` forms).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsFiles {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
@@ -68,6 +68,26 @@ impl TlsFiles {
                 Some((meta.modified().ok()?, meta.len()))
             })
             .collect()
+    }
+
+    /// Why the allowed-name checks refuse a connection presenting `cert` (with
+    /// `common_name`), if they do.
+    fn refuses(&self, cert: Option<&[u8]>, common_name: Option<&str>) -> Option<String> {
+        if let Some(host) = &self.allowed_hostname
+            && !cert.is_some_and(|cert| names_host(cert, host))
+        {
+            return Some(format!(
+                "its certificate is not valid for the allowed host name {host}"
+            ));
+        }
+        if let Some(cn) = &self.allowed_cn
+            && common_name != Some(cn.as_str())
+        {
+            return Some(format!(
+                "its certificate's common name is not the allowed one, {cn}"
+            ));
+        }
+        None
     }
 
     fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
@@ -187,8 +207,7 @@ where
     // Handshakes finish in any order; the server sees connections as they complete.
     crate::conn_guard::prepare_each(incoming, move |io| {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
-        let allowed_cn = tls.files().allowed_cn.clone();
-        let allowed_hostname = tls.files().allowed_hostname.clone();
+        let tls = tls.clone();
         async move {
             match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor.accept(io)).await {
                 Ok(Ok(stream)) => {
@@ -200,23 +219,13 @@ where
                     let identity = CertIdentity {
                         common_name: cert.and_then(|cert| common_name(cert)),
                     };
-                    if let Some(host) = &allowed_hostname
-                        && !cert.is_some_and(|cert| names_host(cert, host))
+                    if let Some(why) = tls
+                        .files()
+                        .refuses(cert.map(|c| c.as_ref()), identity.common_name.as_deref())
                     {
                         tracing::warn!(
                             common_name = identity.common_name.as_deref().unwrap_or("(none)"),
-                            allowed = %host,
-                            "refused a connection: its certificate is not valid for the allowed host name"
-                        );
-                        return None;
-                    }
-                    if let Some(allowed) = &allowed_cn
-                        && identity.common_name.as_deref() != Some(allowed.as_str())
-                    {
-                        tracing::warn!(
-                            common_name = identity.common_name.as_deref().unwrap_or("(none)"),
-                            allowed = %allowed,
-                            "refused a connection: its certificate's common name is not the allowed one"
+                            "refused a connection: {why}"
                         );
                         return None;
                     }
@@ -353,13 +362,8 @@ pub fn self_signed(dir: &Path, hosts: &[String]) -> io::Result<TlsFiles> {
     let files = TlsFiles {
         cert_file: dir.join("cert.pem"),
         key_file: dir.join("key.pem"),
-        trusted_ca_file: None,
-        client_cert_auth: false,
         self_signed: true,
-        allowed_cn: None,
-        allowed_hostname: None,
-        crl_file: None,
-        cipher_suites: Vec::new(),
+        ..TlsFiles::default()
     };
     if files.cert_file.exists() && files.key_file.exists() {
         return Ok(files);
@@ -499,11 +503,7 @@ impl DevPki {
             key_file: self.server_key.clone(),
             trusted_ca_file: Some(self.ca_file.clone()),
             client_cert_auth,
-            self_signed: false,
-            allowed_cn: None,
-            allowed_hostname: None,
-            crl_file: None,
-            cipher_suites: Vec::new(),
+            ..TlsFiles::default()
         };
         (files(client_cert_auth), files(true))
     }

@@ -412,50 +412,48 @@ impl TlsArgs {
                 return Err("--cipher-suites: neither port serves TLS".into());
             }
         }
-        for (port, crl, files) in [
-            ("client", &self.client_crl_file, config.client_tls.as_mut()),
-            ("peer", &self.peer_crl_file, config.peer_tls.as_mut()),
-        ] {
-            let prefix = if port == "peer" { "peer-" } else { "" };
-            if let Some(files) = files {
-                files.cipher_suites = suites.clone();
-                files.crl_file = crl.clone();
-                if crl.is_some() && files.trusted_ca_file.is_none() {
-                    return Err(format!(
-                        "--{port}-crl-file needs --{prefix}trusted-ca-file: without it no \
-                         {port} presents a certificate to check"
-                    ));
-                }
-            } else if crl.is_some() {
-                return Err(format!("--{port}-crl-file: the {port} port serves no TLS"));
-            }
-        }
-        for (port, host, files) in [
+        for (port, crl, host, files) in [
             (
                 "client",
+                &self.client_crl_file,
                 &self.client_cert_allowed_hostname,
                 config.client_tls.as_mut(),
             ),
             (
                 "peer",
+                &self.peer_crl_file,
                 &self.peer_cert_allowed_hostname,
                 config.peer_tls.as_mut(),
             ),
         ] {
-            let Some(host) = host else { continue };
             let prefix = if port == "peer" { "peer-" } else { "" };
-            match files {
-                Some(files) if files.client_cert_auth => {
-                    files.allowed_hostname = Some(host.clone());
+            let Some(files) = files else {
+                if crl.is_some() {
+                    return Err(format!("--{port}-crl-file: the {port} port serves no TLS"));
                 }
-                _ => {
+                if host.is_some() {
                     return Err(format!(
-                        "--{port}-cert-allowed-hostname needs --{prefix}client-cert-auth (and \
-                         --{prefix}trusted-ca-file): without them no {port} presents a \
-                         certificate to check"
+                        "--{port}-cert-allowed-hostname: the {port} port serves no TLS"
                     ));
                 }
+                continue;
+            };
+            files.cipher_suites = suites.clone();
+            files.crl_file = crl.clone();
+            if crl.is_some() && files.trusted_ca_file.is_none() {
+                return Err(format!(
+                    "--{port}-crl-file needs --{prefix}trusted-ca-file: without it no \
+                     {port} presents a certificate to check"
+                ));
             }
+            if host.is_some() && !files.client_cert_auth {
+                return Err(format!(
+                    "--{port}-cert-allowed-hostname needs --{prefix}client-cert-auth (and \
+                     --{prefix}trusted-ca-file): without them no {port} presents a \
+                     certificate to check"
+                ));
+            }
+            files.allowed_hostname = host.clone();
         }
         if self.peer_cert_allowed_cn.is_some() && self.peer_cert_allowed_hostname.is_some() {
             return Err(
@@ -494,11 +492,7 @@ fn port_tls(
             key_file: key.clone(),
             trusted_ca_file: trusted_ca.clone(),
             client_cert_auth,
-            self_signed: false,
-            allowed_cn: None,
-            allowed_hostname: None,
-            crl_file: None,
-            cipher_suites: Vec::new(),
+            ..Default::default()
         }),
         (Some(_), None, _) | (None, Some(_), _) => {
             return Err(format!(

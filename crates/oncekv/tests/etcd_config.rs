@@ -161,11 +161,7 @@ fn a_member_started_from_an_etcd_configuration_file_serves() {
         "the file's data-dir is not used"
     );
     // metrics: extensive times the calls (etcdctl's put was one).
-    let metrics = Command::new("curl")
-        .args(["-s", &format!("http://127.0.0.1:{client}/metrics")])
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let metrics = common::http_get(&format!("http://127.0.0.1:{client}/metrics"));
     assert!(
         metrics
             .lines()

@@ -77,17 +77,9 @@ fn nospace_refuses_writes_until_space_is_freed_and_the_alarm_disarmed() {
     );
     let deleted = ok(etcdctl(&e, &["del", "k", "--prefix"]));
     assert!(deleted.trim().parse::<u32>().unwrap() > 5, "{deleted}");
-    let health = Command::new("curl")
-        .args(["-s", &format!("http://{e}/health")])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&health.stdout).contains("ALARM NOSPACE"));
+    assert!(common::http_get(&format!("http://{e}/health")).contains("ALARM NOSPACE"));
     // The metrics port serves the same routes (and nothing of the gRPC API).
-    let metrics = Command::new("curl")
-        .args(["-s", &format!("http://127.0.0.1:{metrics_port}/metrics")])
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let metrics = common::http_get(&format!("http://127.0.0.1:{metrics_port}/metrics"));
     assert!(
         metrics
             .lines()

@@ -115,6 +115,15 @@ pub fn etcdctl_put(endpoint: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The body `curl -s` gets from `url` (empty if nothing answers).
+pub fn http_get(url: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-s", url])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Waits until the member at `endpoint` takes a write; panics after 20 s.
 pub fn wait_serving(endpoint: &str) {
     let start = std::time::Instant::now();
