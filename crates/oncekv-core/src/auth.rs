@@ -166,6 +166,23 @@ fn interval(key: &Bytes, range_end: &Bytes) -> Interval {
 }
 
 impl AuthStore {
+    /// A store holding `users` and `roles` (an imported one); `token_key` signs tokens.
+    pub fn from_parts(
+        enabled: bool,
+        revision: u64,
+        users: BTreeMap<String, User>,
+        roles: BTreeMap<String, Vec<Permission>>,
+        token_key: [u8; 32],
+    ) -> AuthStore {
+        AuthStore {
+            enabled,
+            revision,
+            users,
+            roles,
+            token_key,
+        }
+    }
+
     pub fn enabled(&self) -> bool {
         self.enabled
     }

@@ -35,6 +35,43 @@ pub enum SnapshotError {
     Invalid(String),
 }
 
+/// A state built from another system's data (an etcd database), without sessions: the
+/// key space with its history since `compacted`, leases, auth and alarms. Settings are
+/// the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct ImportedState {
+    pub revision: i64,
+    pub compacted: i64,
+    /// The current keys.
+    pub kvs: Vec<(Bytes, Value)>,
+    /// Every change from `compacted` on, in revision order (see [`crate::history`]).
+    pub changes: Vec<Change>,
+    pub leases: Vec<(i64, Lease)>,
+    pub alarms: Vec<(u64, AlarmKind)>,
+    pub auth: AuthStore,
+    pub applied_index: u64,
+    pub cluster_time: u64,
+}
+
+impl StateMachine {
+    /// The state `parts` describes; refused, with the broken invariant named, if it is not
+    /// one a replica could hold (a key attached to a missing lease, history that does not
+    /// lead to the keys, ...).
+    pub fn from_imported(parts: ImportedState) -> Result<StateMachine, SnapshotError> {
+        let sm = StateMachine {
+            kv: KvStore::from_parts(parts.revision, parts.kvs, parts.compacted, parts.changes),
+            leases: LeaseTable::from_leases(parts.leases),
+            alarms: parts.alarms.into_iter().collect(),
+            auth: parts.auth,
+            applied_index: parts.applied_index,
+            cluster_time: parts.cluster_time,
+            ..StateMachine::default()
+        };
+        sm.validate().map_err(SnapshotError::Invalid)?;
+        Ok(sm)
+    }
+}
+
 /// Borrowed form, for encoding without copying the state.
 #[derive(Serialize)]
 struct ImageRef<'a> {

@@ -1,7 +1,9 @@
 //! Backup and restore as an etcd operator does them: `etcdctl snapshot save` from a
-//! running oncekv member, `oncekv snapshot status`, `oncekv snapshot restore` into a new
-//! single-member cluster holding the same data; `etcdctl endpoint hashkv --cluster` equal
-//! on every member.
+//! running oncekv member, `oncekv snapshot status` (the same as etcdctl's), `oncekv
+//! snapshot restore` into a new single-member cluster holding the same data; `etcdctl
+//! endpoint hashkv --cluster` equal on every member. And migration both ways: an oncekv
+//! copy restored by etcdctl into a real etcd 3.4, and that etcd's snapshot restored back
+//! into oncekv.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -100,8 +102,13 @@ fn snapshot_save_status_restore_and_hashkv() {
     let status = oncekv(&["snapshot", "status", file.to_str().unwrap(), "-w", "json"]);
     let status = ok(status);
     let v: serde_json::Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(v["totalKey"], 50, "{status}");
     assert_eq!(v["revision"], 52, "{status}");
+    // etcdctl reads the copy (bbolt's integrity check included) and says the same.
+    let theirs = ok(etcdctl(
+        &endpoint(1),
+        &["snapshot", "status", file.to_str().unwrap(), "-w", "json"],
+    ));
+    assert_eq!(theirs, status);
 
     // A damaged copy is refused, not restored.
     let mut damaged = std::fs::read(&file).unwrap();
@@ -135,6 +142,7 @@ fn snapshot_save_status_restore_and_hashkv() {
     };
     let out = ok(restore());
     assert!(out.contains("50 keys"), "{out}");
+    assert!(out.contains("oncekv state, sessions included"), "{out}");
     // Restoring over existing data is refused.
     let again = restore();
     assert!(!again.status.success());
@@ -162,4 +170,134 @@ fn snapshot_save_status_restore_and_hashkv() {
     let members = ok(etcdctl(&new, &["member", "list"]));
     assert_eq!(members.lines().count(), 1, "{members}");
     assert!(members.contains("r1"), "{members}");
+}
+
+/// A real etcd 3.4 member on fresh ports serving the data directory `data`.
+fn etcd_member(data: &std::path::Path, name: &str, (client, peer): (u16, u16)) -> common::Members {
+    let client_url = format!("http://127.0.0.1:{client}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new("etcd")
+        .args(["--name", name, "--data-dir"])
+        .arg(data)
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("{name}={peer_url}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd is not installed: run .ci/install-deps");
+    common::Members(vec![child])
+}
+
+fn kvs_json(endpoint: &str) -> serde_json::Value {
+    let out = eventually(endpoint, &["get", "", "--prefix", "-w", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["kvs"].clone()
+}
+
+#[test]
+fn a_copy_moves_to_etcd_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_oncekv, (client, _)) = common::serve_single(dir.path(), &[]);
+    let ep = format!("127.0.0.1:{client}");
+    common::wait_serving(&ep);
+    for (k, v) in [("a", "1"), ("b", "2"), ("a", "3"), ("c", "4")] {
+        ok(etcdctl(&ep, &["put", k, v]));
+    }
+    ok(etcdctl(&ep, &["del", "b"]));
+    let lease = ok(etcdctl(&ep, &["lease", "grant", "600"]));
+    let lease = lease.split_whitespace().nth(1).unwrap().to_string();
+    ok(etcdctl(&ep, &["put", "leased", "x", "--lease", &lease]));
+    let rev_of_a3 = {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(etcdctl(&ep, &["get", "a", "-w", "json"]))).unwrap();
+        v["kvs"][0]["mod_revision"].as_i64().unwrap()
+    };
+    ok(etcdctl(&ep, &["compact", &rev_of_a3.to_string()]));
+    ok(etcdctl(&ep, &["put", "a", "5"]));
+    let original = kvs_json(&ep);
+
+    // oncekv -> etcd: etcdctl restores the copy, and etcd serves the same keys, with the
+    // history since the compaction, and the lease.
+    let copy = dir.path().join("copy.db");
+    ok(etcdctl(&ep, &["snapshot", "save", copy.to_str().unwrap()]));
+    let (eclient, epeer) = (free_port(), free_port());
+    let etcd_dir = dir.path().join("etcd-data");
+    ok(etcdctl(
+        &ep,
+        &[
+            "snapshot",
+            "restore",
+            copy.to_str().unwrap(),
+            "--name",
+            "e1",
+            "--data-dir",
+            etcd_dir.to_str().unwrap(),
+            "--initial-cluster",
+            &format!("e1=http://127.0.0.1:{epeer}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{epeer}"),
+        ],
+    ));
+    let etcd = etcd_member(&etcd_dir, "e1", (eclient, epeer));
+    let eep = format!("127.0.0.1:{eclient}");
+    assert_eq!(kvs_json(&eep), original);
+    let old = ok(etcdctl(
+        &eep,
+        &["get", "a", "--rev", &rev_of_a3.to_string()],
+    ));
+    assert_eq!(old, "a\n3\n");
+    let compacted = etcdctl(&eep, &["get", "a", "--rev", "2"]);
+    assert!(String::from_utf8_lossy(&compacted.stderr).contains("compacted"));
+    let leases = ok(etcdctl(&eep, &["lease", "list"]));
+    assert!(leases.contains(&lease), "{leases}");
+
+    // etcd -> oncekv: etcd writes, saves; oncekv restores what etcd now holds (the
+    // sessions of the first copy are dropped: etcd has written since, and oncekv says so).
+    ok(etcdctl(&eep, &["put", "from-etcd", "y"]));
+    let at_etcd = kvs_json(&eep);
+    let back = dir.path().join("back.db");
+    ok(etcdctl(&eep, &["snapshot", "save", back.to_str().unwrap()]));
+    drop(etcd);
+    let (rclient, rpeer) = (free_port(), free_port());
+    let cluster = format!("r1=http://127.0.0.1:{rpeer}");
+    let restored = dir.path().join("restored");
+    let out = ok(oncekv(&[
+        "snapshot",
+        "restore",
+        back.to_str().unwrap(),
+        "--data-dir",
+        restored.join("r1").to_str().unwrap(),
+        "--name",
+        "r1",
+        "--initial-cluster",
+        &cluster,
+    ]));
+    assert!(out.contains("etcd data"), "{out}");
+    assert!(out.contains("dropped"), "{out}");
+    let _member = common::Members(vec![serve_member(
+        &restored,
+        "r1",
+        (rclient, rpeer),
+        &cluster,
+        false,
+        Stdio::null(),
+    )]);
+    let rep = format!("127.0.0.1:{rclient}");
+    assert_eq!(kvs_json(&rep), at_etcd);
+    let leases = ok(etcdctl(&rep, &["lease", "list"]));
+    assert!(leases.contains(&lease), "{leases}");
+    // The restored cluster takes writes after the imported revision.
+    let put = ok(etcdctl(&rep, &["put", "after", "z", "-w", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&put).unwrap();
+    let last = at_etcd
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| kv["mod_revision"].as_i64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(v["header"]["revision"].as_i64().unwrap(), last + 1);
 }

@@ -25,7 +25,8 @@ pub enum SnapshotCommand {
     /// FILE: every key with its history, leases, and the exactly-once sessions with their
     /// saved replies.
     Save { file: PathBuf },
-    /// Prints what a copy holds: hash, revision, total keys, total size.
+    /// Prints what a copy holds, as etcdctl does: hash, revision, total keys, total size
+    /// (of an etcd snapshot too).
     Status { file: PathBuf },
     /// Builds the data directory of one member of a new cluster from a copy (run it for
     /// every member, with the same FILE and --initial-cluster, then start them with
@@ -49,6 +50,10 @@ pub enum SnapshotCommand {
         /// other's members when given different tokens.
         #[arg(long, default_value = oncekv_server::membership::DEFAULT_CLUSTER_TOKEN)]
         initial_cluster_token: String,
+        /// Accept a database without the SHA-256 a snapshot ends with (a member/snap/db
+        /// file copied out of an etcd data directory).
+        #[arg(long)]
+        skip_hash_check: bool,
     },
 }
 
@@ -65,7 +70,7 @@ pub async fn run(opts: &Options, command: SnapshotCommand) -> Result<(), CliErro
         }
         SnapshotCommand::Status { file } => {
             let bytes = read(&file)?;
-            let s = oncekv_server::backup::status(&bytes)
+            let s = oncekv_server::backup::status(&bytes, Default::default())
                 .map_err(|e| CliError::new(format!("{}: {e}", file.display())))?;
             emit(&status_text(&s, opts.printer().format()))
         }
@@ -76,6 +81,7 @@ pub async fn run(opts: &Options, command: SnapshotCommand) -> Result<(), CliErro
             initial_cluster,
             initial_advertise_peer_urls,
             initial_cluster_token,
+            skip_hash_check,
         } => {
             let members =
                 crate::serve::parse_initial_cluster(&initial_cluster).map_err(CliError::new)?;
@@ -93,15 +99,20 @@ pub async fn run(opts: &Options, command: SnapshotCommand) -> Result<(), CliErro
                 &name,
                 &members,
                 &initial_cluster_token,
+                oncekv_server::backup::OpenOptions {
+                    skip_hash_check,
+                    now_ms: oncekv_server::runtime::Clock::system().now_ms(),
+                },
             )
             .map_err(CliError::new)?;
             emit(
                 format!(
-                    "restored snapshot {} (revision {}, {} keys, {} sessions) into {} for member {name}\n",
+                    "restored snapshot {} (revision {}, {} keys, {} sessions; {}) into {} for member {name}\n",
                     file.display(),
                     s.revision,
-                    s.total_keys,
+                    s.live_keys,
                     s.sessions,
+                    s.origin,
                     data_dir.display()
                 )
                 .as_bytes(),
