@@ -6,7 +6,9 @@
 //! HMAC-SHA256 under the key the replicated auth store drew when auth was enabled: every
 //! member can check any member's tokens without asking, a token names the auth revision
 //! it was issued at (any auth change makes it stale, and clients re-authenticate, as with
-//! etcd), and it expires after `--auth-token-ttl`. The token is opaque to clients.
+//! etcd), and it expires after `--auth-token-ttl`. The token is opaque to clients. With
+//! `--auth-token jwt,...` tokens are etcd's JWTs instead ([`crate::jwt`]), checked the same
+//! way for revision and user.
 //!
 //! With auth off every check passes without touching the state machine (one atomic
 //! load), so the cost falls only on clusters that turn it on.
@@ -228,6 +230,24 @@ fn check_token(store: &AuthStore, token: &str, ttl: Duration) -> Checked {
     Checked::User(user)
 }
 
+/// [`check_token`] for a JWT: the signature and expiry by `jwt`, then the revision and user
+/// as for a simple token.
+fn check_jwt(store: &AuthStore, jwt: &crate::jwt::Jwt, token: &str) -> Checked {
+    let Some(claims) = jwt.verify(token, now_ms() / 1000) else {
+        return Checked::Refused(AuthError::InvalidAuthToken);
+    };
+    if claims.revision > store.revision() {
+        return Checked::Ahead;
+    }
+    if claims.revision < store.revision() {
+        return Checked::Refused(AuthError::AuthOldRevision);
+    }
+    if store.user(&claims.username).is_none() {
+        return Checked::Refused(AuthError::InvalidAuthToken);
+    }
+    Checked::User(claims.username)
+}
+
 /// Whether `user` may do everything in `needs`, by `store`.
 fn permitted(store: &AuthStore, user: &str, needs: &[Need<'_>]) -> Result<(), AuthError> {
     let ok = needs.iter().all(|need| match need {
@@ -252,13 +272,17 @@ impl NodeCore {
         }
         if let Some(token) = &caller.token {
             let ttl = self.config().auth_token_ttl;
+            let jwt = self.config().auth_jwt.clone();
             for first in [true, false] {
                 let checked = {
                     let inner = self.applied().read();
                     if !inner.sm.auth().enabled() {
                         return Ok(None);
                     }
-                    check_token(inner.sm.auth(), token, ttl)
+                    match &jwt {
+                        Some(jwt) => check_jwt(inner.sm.auth(), jwt, token),
+                        None => check_token(inner.sm.auth(), token, ttl),
+                    }
                 };
                 match checked {
                     Checked::User(user) => return Ok(Some(user)),
@@ -363,7 +387,12 @@ impl NodeCore {
         if !ok || auth.user(name).is_none() {
             return Err(AuthError::AuthFailed.into());
         }
-        Ok(mint(auth, name))
+        match &self.config().auth_jwt {
+            Some(jwt) => jwt
+                .sign(name, auth.revision(), now_ms() / 1000)
+                .map_err(ApiError::Internal),
+            None => Ok(mint(auth, name)),
+        }
     }
 
     /// A bcrypt hash of `password` at `--bcrypt-cost`, computed off the async threads.

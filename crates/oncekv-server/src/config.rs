@@ -85,6 +85,8 @@ pub struct NodeConfig {
     /// How long a token from Authenticate stays valid (etcd's `--auth-token-ttl`, 300 s);
     /// any auth change ends every token earlier.
     pub auth_token_ttl: Duration,
+    /// JWT tokens (etcd's `--auth-token jwt,...`) instead of oncekv's simple ones.
+    pub auth_jwt: Option<std::sync::Arc<crate::jwt::Jwt>>,
     /// Leader-lease reads (off by default; see `read_lease` for the clock assumption):
     /// a leader whose leadership a quorum confirmed within the last 0.8 election
     /// timeouts serves linearizable reads without another round. Every member must have
@@ -143,6 +145,7 @@ impl NodeConfig {
             wal_dir: None,
             bcrypt_cost: 10,
             auth_token_ttl: Duration::from_secs(300),
+            auth_jwt: None,
             client_tls: None,
             peer_tls: None,
             leader_lease_reads: false,

@@ -36,6 +36,7 @@ pub mod fanout;
 pub mod forwarder;
 pub mod gateway;
 pub mod http;
+pub mod jwt;
 pub mod log_store;
 pub mod membership;
 pub mod metrics;

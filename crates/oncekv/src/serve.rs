@@ -608,9 +608,11 @@ pub struct Tuning {
     /// doubles the work of every Authenticate and user add).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(4..=31))]
     pub bcrypt_cost: u32,
-    /// Token kind: "simple" (oncekv's simple tokens are signed, so any member checks any
-    /// member's). JWT is not supported.
-    #[arg(long, default_value = "simple", value_parser = ["simple"])]
+    /// Token kind. "simple": oncekv's tokens (signed, so any member checks any member's).
+    /// "jwt,sign-method=RS256,priv-key=FILE,pub-key=FILE,ttl=5m" as etcd's: JSON Web
+    /// Tokens signed with the key (RS*, PS*, ES256, ES384, HS*, EdDSA; for HS* priv-key is
+    /// the secret). With only pub-key the member checks tokens and issues none.
+    #[arg(long, default_value = "simple")]
     pub auth_token: String,
     /// Seconds an Authenticate token stays valid (any auth change ends all tokens sooner).
     #[arg(long, default_value_t = 300)]
@@ -676,10 +678,57 @@ impl Tuning {
         config.bcrypt_cost = self.bcrypt_cost;
         config.leader_lease_reads = self.leader_lease_reads;
         config.auth_token_ttl = Duration::from_secs(self.auth_token_ttl.max(1));
+        config.auth_jwt = auth_token(&self.auth_token)?;
         config.request_timeout =
             Duration::from_millis(self.election_timeout.saturating_mul(7).max(5_000));
         Ok(())
     }
+}
+
+/// etcd's `--auth-token`: `simple` (None) or `jwt,` then `key=value` options, whose key
+/// files are read here. An unknown option is warned about and ignored, as etcd does.
+pub fn auth_token(value: &str) -> Result<Option<std::sync::Arc<oncekv_server::jwt::Jwt>>, String> {
+    let mut parts = value.split(',');
+    let kind = parts.next().unwrap_or_default();
+    let invalid = || format!("--auth-token {value:?}: auth: invalid auth options");
+    match kind {
+        "simple" => return Ok(None),
+        "jwt" => {}
+        _ => return Err(invalid()),
+    }
+    let mut options = std::collections::BTreeMap::new();
+    for part in parts {
+        let (k, v) = part.split_once('=').ok_or_else(invalid)?;
+        if options.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(invalid());
+        }
+    }
+    let read = |key: &str| -> Result<Option<Vec<u8>>, String> {
+        match options.get(key).filter(|f| !f.is_empty()) {
+            Some(file) => std::fs::read(file)
+                .map(Some)
+                .map_err(|e| format!("--auth-token: {key} {file:?}: {e}")),
+            None => Ok(None),
+        }
+    };
+    let ttl = match options.get("ttl").filter(|t| !t.is_empty()) {
+        Some(t) => crate::cli::parse_duration(t).map_err(|e| format!("--auth-token ttl: {e}"))?,
+        None => Duration::from_secs(300),
+    };
+    for key in options.keys() {
+        if !["sign-method", "pub-key", "priv-key", "ttl"].contains(&key.as_str()) {
+            tracing::warn!(option = %key, "unknown JWT option in --auth-token, ignored");
+        }
+    }
+    let opts = oncekv_server::jwt::JwtOptions {
+        sign_method: options.get("sign-method").cloned().unwrap_or_default(),
+        public_key: read("pub-key")?,
+        private_key: read("priv-key")?,
+        ttl,
+    };
+    oncekv_server::jwt::Jwt::new(&opts)
+        .map(|j| Some(std::sync::Arc::new(j)))
+        .map_err(|e| format!("--auth-token: {e}"))
 }
 
 /// `http://127.0.0.1:2379` (or `https://`) → its socket address. `localhost` is
