@@ -85,6 +85,9 @@ pub struct NodeConfig {
     /// How long a token from Authenticate stays valid (etcd's `--auth-token-ttl`, 300 s);
     /// any auth change ends every token earlier.
     pub auth_token_ttl: Duration,
+    /// An entry whose apply takes longer is logged as a warning (etcd's
+    /// `--experimental-warning-apply-duration`, 100 ms).
+    pub warning_apply_duration: Duration,
     /// JWT tokens (etcd's `--auth-token jwt,...`) instead of oncekv's simple ones.
     pub auth_jwt: Option<std::sync::Arc<crate::jwt::Jwt>>,
     /// Leader-lease reads (off by default; see `read_lease` for the clock assumption):
@@ -146,6 +149,7 @@ impl NodeConfig {
             bcrypt_cost: 10,
             auth_token_ttl: Duration::from_secs(300),
             auth_jwt: None,
+            warning_apply_duration: crate::sm_store::DEFAULT_WARN_APPLY,
             client_tls: None,
             peer_tls: None,
             leader_lease_reads: false,

@@ -204,7 +204,8 @@ impl Node {
             config.disk.clone(),
             config.observer.clone(),
         )
-        .map_err(StartError::StateMachine)?;
+        .map_err(StartError::StateMachine)?
+        .with_apply_warning(config.warning_apply_duration);
         let applied = sm.applied();
         // The log keeps only what follows the last snapshot. With the snapshot gone
         // (deleted, or a data directory copied without it), raft would ask the log for

@@ -162,6 +162,9 @@ pub struct SmStore {
     /// The last log id of the snapshot file on disk; also serializes writers, so an older
     /// snapshot built concurrently never replaces a newer installed one.
     persisted: Arc<std::sync::Mutex<Option<LogId>>>,
+    /// An entry whose apply takes longer is logged (etcd's
+    /// `--experimental-warning-apply-duration`).
+    warn_apply: std::time::Duration,
 }
 
 fn sm_err(e: impl std::fmt::Display) -> StorageError {
@@ -175,7 +178,16 @@ fn snap_err(
     StorageIOError::write_snapshot(meta.map(|m| m.signature()), AnyError::error(e)).into()
 }
 
+/// etcd's default for `--experimental-warning-apply-duration`.
+pub const DEFAULT_WARN_APPLY: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl SmStore {
+    /// Logs a warning for every entry whose apply takes longer than `limit`.
+    pub fn with_apply_warning(mut self, limit: std::time::Duration) -> SmStore {
+        self.warn_apply = limit;
+        self
+    }
+
     /// Opens the state machine under `dir`, restoring the snapshot file if there is one.
     /// A snapshot that fails its checksum or does not decode is an error, not an empty
     /// state: starting empty would silently lose data.
@@ -229,6 +241,7 @@ impl SmStore {
             }),
             dir: dir.to_path_buf(),
             persisted,
+            warn_apply: DEFAULT_WARN_APPLY,
         })
     }
 
@@ -296,6 +309,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             for entry in entries {
                 let index = entry.log_id.index;
                 inner.last_applied = Some(entry.log_id);
+                let started = std::time::Instant::now();
                 let responses = match entry.payload {
                     EntryPayload::Blank => {
                         inner.sm.apply_empty(index);
@@ -308,6 +322,17 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                         Vec::new()
                     }
                 };
+                let took = started.elapsed();
+                if took > self.warn_apply {
+                    // etcd's words, so that log searches for slow applies find both.
+                    tracing::warn!(
+                        index,
+                        commands = responses.len(),
+                        took = ?took,
+                        expected_duration = ?self.warn_apply,
+                        "apply request took too long"
+                    );
+                }
                 out.push(EntryResponses(responses));
                 if let Some(o) = &self.observer {
                     o.applied(&mut inner.sm);

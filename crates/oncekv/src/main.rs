@@ -334,6 +334,88 @@ mod tests {
         assert_eq!(args.etcd.check().map(|w| w.len()), Ok(1));
     }
 
+    // Every flag etcd 3.4's --help lists is one `oncekv serve` knows (hidden or not), so an
+    // etcd member's command line never fails on an unknown flag.
+    #[test]
+    fn every_etcd_flag_is_known() {
+        let Ok(help) = std::process::Command::new("etcd").arg("--help").output() else {
+            panic!("etcd is not installed: run .ci/install-deps");
+        };
+        let help = String::from_utf8_lossy(&help.stdout).into_owned()
+            + &String::from_utf8_lossy(&help.stderr);
+        let cli = <Cli as clap::CommandFactory>::command();
+        let serve = cli
+            .get_subcommands()
+            .find(|c| c.get_name() == "serve")
+            .unwrap();
+        let known: std::collections::BTreeSet<String> = serve
+            .get_arguments()
+            .flat_map(|a| {
+                a.get_long()
+                    .into_iter()
+                    .chain(a.get_all_aliases().into_iter().flatten())
+                    .map(str::to_string)
+            })
+            .collect();
+        let etcd: Vec<&str> = help
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("--"))
+            .filter_map(|l| l.split([' ', '\'', '=']).next())
+            .filter(|f| !f.is_empty())
+            .collect();
+        assert!(etcd.len() > 60, "etcd --help lists {} flags", etcd.len());
+        let missing: Vec<&&str> = etcd
+            .iter()
+            .filter(|f| !known.contains(**f) && !["help", "version"].contains(f))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "etcd flags oncekv serve lacks: {missing:?}"
+        );
+    }
+
+    // etcd's tuning flags for its backend and elections parse; the ones asking for what
+    // oncekv lacks are refused or warned about.
+    #[test]
+    fn etcds_tuning_flags_parse() {
+        let args = serve_args(
+            Cli::try_parse_from([
+                "oncekv",
+                "serve",
+                "--backend-batch-interval=10ms",
+                "--backend-batch-limit=1000",
+                "--experimental-backend-bbolt-freelist-type=map",
+                "--experimental-compaction-batch-limit=1000",
+                "--experimental-enable-lease-checkpoint",
+                "--experimental-peer-skip-client-san-verification=false",
+                "--initial-election-tick-advance=false",
+                "--experimental-warning-apply-duration=250ms",
+            ])
+            .unwrap(),
+        );
+        assert_eq!(args.etcd.check(), Ok(vec![]));
+        assert_eq!(
+            args.tuning.experimental_warning_apply_duration,
+            std::time::Duration::from_millis(250)
+        );
+        let args = serve_args(
+            Cli::try_parse_from(["oncekv", "serve", "--experimental-enable-v2v3=/v2/"]).unwrap(),
+        );
+        assert!(args.etcd.check().unwrap_err().contains("v2"));
+        let args = serve_args(
+            Cli::try_parse_from(["oncekv", "serve", "--grpc-keepalive-min-time=10s"]).unwrap(),
+        );
+        assert_eq!(args.etcd.check().map(|w| w.len()), Ok(1));
+        assert!(
+            Cli::try_parse_from([
+                "oncekv",
+                "serve",
+                "--experimental-backend-bbolt-freelist-type=list"
+            ])
+            .is_err()
+        );
+    }
+
     // The options may come before or after the command, as with etcdctl; after wins.
     #[test]
     fn client_options_parse_before_and_after_the_command() {

@@ -147,6 +147,50 @@ pub struct EtcdOnly {
     /// default) or empty is accepted.
     #[arg(long)]
     pub host_whitelist: Option<String>,
+    /// How often etcd commits its backend database. oncekv has no backend apart from its
+    /// log, and an entry is on disk (fsynced) before it is acknowledged, so any value
+    /// holds.
+    #[arg(long, value_parser = crate::cli::parse_duration)]
+    pub backend_batch_interval: Option<Duration>,
+    /// How many operations etcd batches into one backend commit: as
+    /// --backend-batch-interval, any value holds.
+    #[arg(long)]
+    pub backend_batch_limit: Option<u64>,
+    /// etcd's bbolt freelist ("array" or "map"): oncekv has no bbolt database, so either
+    /// holds.
+    #[arg(long, value_parser = ["array", "map"])]
+    pub experimental_backend_bbolt_freelist_type: Option<String>,
+    /// How many revisions etcd deletes per compaction batch. oncekv drops compacted
+    /// history in memory in one step, so any value holds.
+    #[arg(long)]
+    pub experimental_compaction_batch_limit: Option<u64>,
+    /// etcd's lease checkpoints keep a lease's remaining TTL across a leader change.
+    /// oncekv's lease deadlines are replicated in cluster time, so a new leader always
+    /// keeps them: either value holds, as if true.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub experimental_enable_lease_checkpoint: Option<bool>,
+    /// etcd's v2 API emulated on v3 under a prefix: oncekv has no v2 API (only empty is
+    /// accepted).
+    #[arg(long)]
+    pub experimental_enable_v2v3: Option<String>,
+    /// etcd checks a peer's client certificate SANs against the peer's address unless
+    /// this is true. oncekv checks a peer's certificate chain against --peer-trusted-ca-file
+    /// (and --peer-cert-allowed-cn / --peer-cert-allowed-hostname), not its address, so
+    /// either value holds, as if true.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub experimental_peer_skip_client_san_verification: Option<bool>,
+    /// The least time etcd lets a client wait between keepalive pings before it closes
+    /// the connection. oncekv answers every ping and closes no connection for pinging
+    /// often; a value is accepted with a warning.
+    #[arg(long, value_parser = crate::cli::parse_duration)]
+    pub grpc_keepalive_min_time: Option<Duration>,
+    /// etcd lets a fresh member start its first election early. openraft's first
+    /// election waits one randomized election timeout either way; either value holds.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
+    pub initial_election_tick_advance: Option<bool>,
 }
 
 impl EtcdOnly {
@@ -185,6 +229,9 @@ impl EtcdOnly {
                 ));
             }
         }
+        if given(&self.experimental_enable_v2v3) {
+            return Err("--experimental-enable-v2v3: oncekv has no v2 API (only empty)".into());
+        }
         if given(&self.cors) {
             return Err(
                 "--cors: oncekv's HTTP API sends no CORS headers (only an empty --cors)".into(),
@@ -198,6 +245,12 @@ impl EtcdOnly {
             return Err("--host-whitelist: oncekv answers every Host (only \"*\")".into());
         }
         let mut warnings = Vec::new();
+        if let Some(t) = self.grpc_keepalive_min_time {
+            warnings.push(format!(
+                "--grpc-keepalive-min-time {t:?}: not enforced; oncekv answers every client \
+                 ping and closes no connection for pinging often"
+            ));
+        }
         if self.enable_pprof == Some(true) {
             warnings.push(
                 "--enable-pprof: oncekv has no Go profiler; /debug/pprof is not served".into(),
@@ -575,6 +628,11 @@ pub struct Tuning {
     /// Close a connection whose ping is not answered within this (etcd's flag).
     #[arg(long, default_value = "20s", value_parser = crate::cli::parse_duration)]
     pub grpc_keepalive_timeout: Duration,
+    /// Log a warning ("apply request took too long") for every log entry whose apply
+    /// takes longer than this (etcd's flag; oncekv times a whole entry, the batch of
+    /// requests it carries).
+    #[arg(long, default_value = "100ms", value_parser = crate::cli::parse_duration)]
+    pub experimental_warning_apply_duration: Duration,
     /// Most operations in one txn branch (etcd's default: 128).
     #[arg(long, default_value_t = 128)]
     pub max_txn_ops: usize,
@@ -663,6 +721,10 @@ impl Tuning {
         }
         config.grpc_keepalive_interval = self.grpc_keepalive_interval;
         config.grpc_keepalive_timeout = self.grpc_keepalive_timeout;
+        if self.experimental_warning_apply_duration.is_zero() {
+            return Err("--experimental-warning-apply-duration must be above 0".into());
+        }
+        config.warning_apply_duration = self.experimental_warning_apply_duration;
         config.corrupt_check_time =
             (!self.corrupt_check_time.is_zero()).then_some(self.corrupt_check_time);
         if self.quota_backend_bytes > 0 {
