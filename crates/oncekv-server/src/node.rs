@@ -333,15 +333,30 @@ impl Node {
         }
     }
 
-    /// Also serves the HTTP routes (`/metrics`, `/health`, ...) on `listener`: etcd's
-    /// `--listen-metrics-urls`.
-    pub fn serve_http(&mut self, listener: TcpListener) {
+    /// Serves the HTTP routes (metrics, health, version) on `listener` as well, through
+    /// the client port's TLS when `tls` (etcd's `https://` `--listen-metrics-urls`: the
+    /// client certificate, key and CA, client certificates required with
+    /// `--client-cert-auth`). Refused when `tls` is asked for without client TLS.
+    pub fn serve_http(&mut self, listener: TcpListener, tls: bool) -> Result<(), String> {
+        let server_tls = if tls {
+            let files = self.core.config().client_tls.clone().ok_or_else(|| {
+                "an https:// metrics URL needs the client port's TLS (--cert-file and \
+                 --key-file, or --auto-tls)"
+                    .to_string()
+            })?;
+            Some(crate::tls::ServerTls::new(files).map_err(|e| format!("metrics TLS: {e}"))?)
+        } else {
+            None
+        };
         let routes = crate::http::routes(self.core.clone()).fallback(crate::http::not_found);
         let stop = self.stop_rx.clone();
-        let incoming = guard(
-            crate::services::incoming(listener),
-            self.core.config().max_connections,
-            "metrics",
+        let incoming = crate::tls::accept(
+            guard(
+                crate::services::incoming(listener),
+                self.core.config().max_connections,
+                "metrics",
+            ),
+            server_tls,
         );
         self.tasks.push(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
@@ -356,6 +371,7 @@ impl Node {
                 tracing::error!("metrics server stopped: {e}");
             }
         }));
+        Ok(())
     }
 
     /// Resolves when this member can no longer serve: raft stopped on an error it cannot

@@ -28,8 +28,10 @@ pub struct ServeArgs {
     /// URL clients should use to reach this member (default: the listen URL).
     #[arg(long)]
     pub advertise_client_urls: Option<String>,
-    /// More URLs (http://host:port, comma separated) serving only the HTTP routes:
-    /// /metrics, /health, /livez, /readyz, /version. The client URLs serve them too.
+    /// More URLs (http:// or https://host:port, comma separated) serving only the HTTP
+    /// routes: /metrics, /health, /livez, /readyz, /version. The client URLs serve them
+    /// too. https uses the client port's certificate, key and CA (and requires client
+    /// certificates with --client-cert-auth), as etcd does.
     #[arg(long)]
     pub listen_metrics_urls: Option<String>,
     /// Every member as name=peer-url, comma separated (the same on every member)
@@ -949,15 +951,23 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .flat_map(|u| u.split(','))
         .filter(|u| !u.trim().is_empty())
     {
-        let addr = parse_url(url.trim())?;
+        let url = url.trim();
+        let addr = parse_url(url)?;
+        let tls = url.starts_with("https://");
+        if tls && config.client_tls.is_none() {
+            return Err(format!(
+                "--listen-metrics-urls {url}: an https URL needs the client port's TLS \
+                 (--cert-file and --key-file, or --auto-tls)"
+            ));
+        }
         let listener = oncekv_server::services::bind(addr)
             .await
             .map_err(|e| format!("listening on {addr} (--listen-metrics-urls): {e}"))?;
-        metrics_listeners.push(listener);
+        metrics_listeners.push((listener, tls));
     }
     let mut node = Node::start(config).await.map_err(|e| e.to_string())?;
-    for listener in metrics_listeners {
-        node.serve_http(listener);
+    for (listener, tls) in metrics_listeners {
+        node.serve_http(listener, tls)?;
     }
     eprintln!(
         "oncekv: member {} serving clients on {} and peers on {} (data in {})",

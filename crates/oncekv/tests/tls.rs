@@ -485,3 +485,67 @@ fn single_tls_member(dir: &Path, pki: &DevPki, ports: (u16, u16), extra: &[Strin
     let initial = format!("n1=https://127.0.0.1:{}", ports.1);
     Members(vec![serve_tls(dir, "n1", ports, &initial, &tls)])
 }
+
+// etcd's https --listen-metrics-urls: the metrics port speaks TLS with the client port's
+// certificate (an http one beside it stays plaintext), and asking for https without client
+// TLS stops the start.
+#[test]
+fn https_metrics_urls_serve_with_the_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = DevPki::create(&dir.path().join("pki"), &["alice"]).unwrap();
+    let ports = (free_port(), free_port());
+    let (secure, plain) = (free_port(), free_port());
+    let _member = single_tls_member(
+        dir.path(),
+        &pki,
+        ports,
+        &[format!(
+            "--listen-metrics-urls=https://127.0.0.1:{secure},http://127.0.0.1:{plain}"
+        )],
+    );
+    let curl = |args: &[&str]| {
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "3"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let ca = path(&pki.ca_file);
+    let metrics = format!("https://localhost:{secure}/metrics");
+    let start = Instant::now();
+    loop {
+        let (ok, body) = curl(&["--cacert", &ca, &metrics]);
+        if ok && body.contains("etcd_server_has_leader") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{metrics}: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Not plaintext, and not without trusting the CA.
+    let (ok, _) = curl(&[&format!("http://127.0.0.1:{secure}/metrics")]);
+    assert!(!ok, "plaintext was served on the https metrics URL");
+    let (ok, _) = curl(&[&metrics]);
+    assert!(!ok, "served to a client that does not trust the CA");
+    let (ok, body) = curl(&[&format!("http://127.0.0.1:{plain}/health")]);
+    assert!(ok && body.contains("true"), "{body}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("plain"))
+        .args([
+            "--listen-metrics-urls",
+            &format!("https://127.0.0.1:{}", free_port()),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("needs the client port's TLS"), "{stderr}");
+}
