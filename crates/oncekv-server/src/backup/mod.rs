@@ -107,15 +107,19 @@ pub fn current(applied: &Applied) -> Result<Vec<u8>, String> {
             None => "copy-empty".to_string(),
         },
     };
-    let image = encode_snapshot_file(&SnapshotFile { meta, data })?;
     let members: BTreeMap<NodeId, Member> = inner
         .membership
         .membership()
         .nodes()
         .map(|(id, m)| (*id, m.clone()))
         .collect();
-    let buckets = etcd_db::export(&inner.sm, &members, &image);
+    // Writes wait while the lock is held: only the encoding happens under it (as for a
+    // raft snapshot). The etcd view is built from a decoded copy of the image, outside.
     drop(inner);
+    let copy = StateMachine::restore(&data).map_err(|e| format!("invalid state: {e}"))?;
+    let image = encode_snapshot_file(&SnapshotFile { meta, data })?;
+    let buckets = etcd_db::export(&copy, &members, &image);
+    drop(copy);
     let mut db = bbolt::write(&buckets);
     let sum = sha2::Sha256::digest(&db);
     db.extend_from_slice(&sum);
