@@ -69,61 +69,99 @@ pub fn looks_like_db(bytes: &[u8]) -> bool {
 /// The file holding `buckets` (each bucket's pairs must be in strictly increasing key
 /// order: the caller's invariant, checked in debug builds).
 pub fn write(buckets: &Buckets) -> Vec<u8> {
-    let mut file = Writer {
-        out: vec![0; 3 * PAGE_SIZE],
-    };
-    let mut roots = Vec::with_capacity(buckets.len());
+    let mut db = DbWriter::new();
     for (name, pairs) in buckets {
-        debug_assert!(
-            pairs.windows(2).all(|w| w[0].0 < w[1].0),
-            "keys out of order"
+        db.bucket(
+            name,
+            pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
         );
-        let items: Vec<Item<'_>> = pairs
-            .iter()
-            .map(|(k, v)| Item {
-                key: k,
-                value: v,
-                flags: 0,
+    }
+    db.finish()
+}
+
+/// A database written one bucket at a time, each from an iterator of its pairs, so that
+/// the pairs never need to be held all at once: only the file, and the current page.
+pub struct DbWriter {
+    out: Writer,
+    /// Each bucket written so far, with its root page.
+    roots: Vec<(Vec<u8>, u64)>,
+}
+
+impl std::fmt::Debug for DbWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbWriter")
+            .field("bytes", &self.out.out.len())
+            .field("buckets", &self.roots.len())
+            .finish()
+    }
+}
+
+impl Default for DbWriter {
+    fn default() -> Self {
+        DbWriter::new()
+    }
+}
+
+impl DbWriter {
+    pub fn new() -> DbWriter {
+        DbWriter {
+            // Pages 0 and 1 (the metas) and 2 (the freelist) are filled in by `finish`.
+            out: Writer {
+                out: vec![0; 3 * PAGE_SIZE],
+            },
+            roots: Vec::new(),
+        }
+    }
+
+    /// Writes bucket `name` holding `pairs`. Buckets must come in increasing name order
+    /// and each bucket's keys in strictly increasing order (checked in debug builds).
+    pub fn bucket<K, V>(&mut self, name: &[u8], pairs: impl IntoIterator<Item = (K, V)>)
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        debug_assert!(
+            self.roots
+                .last()
+                .is_none_or(|(last, _)| last.as_slice() < name),
+            "buckets out of order"
+        );
+        let root = self.out.tree(pairs, 0);
+        self.roots.push((name.to_vec(), root));
+    }
+
+    /// The finished file.
+    pub fn finish(self) -> Vec<u8> {
+        let DbWriter { mut out, roots } = self;
+        let headers: Vec<(Vec<u8>, [u8; 16])> = roots
+            .into_iter()
+            .map(|(name, root)| {
+                let mut h = [0u8; 16];
+                h[..8].copy_from_slice(&root.to_le_bytes());
+                (name, h)
             })
             .collect();
-        roots.push((name, file.tree(&items)));
+        let root = out.tree(headers.iter().map(|(n, h)| (n, h)), BUCKET_FLAG);
+        let mut file = out.out;
+        let high_water = (file.len() / PAGE_SIZE) as u64;
+        for txid in 0..2u64 {
+            let page = &mut file[txid as usize * PAGE_SIZE..][..PAGE_SIZE];
+            page_header(page, txid, META, 0, 0);
+            let meta = &mut page[HEADER..];
+            meta[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+            meta[4..8].copy_from_slice(&VERSION.to_le_bytes());
+            meta[8..12].copy_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
+            // flags 12..16 and the root's sequence 24..32 stay zero.
+            meta[16..24].copy_from_slice(&root.to_le_bytes());
+            meta[32..40].copy_from_slice(&2u64.to_le_bytes());
+            meta[40..48].copy_from_slice(&high_water.to_le_bytes());
+            meta[48..56].copy_from_slice(&txid.to_le_bytes());
+            let sum = fnv1a64(&meta[..META_SUMMED]);
+            meta[56..64].copy_from_slice(&sum.to_le_bytes());
+        }
+        page_header(&mut file[2 * PAGE_SIZE..], 2, FREELIST, 0, 0);
+        file
     }
-    let headers: Vec<[u8; 16]> = roots
-        .iter()
-        .map(|(_, root)| {
-            let mut h = [0u8; 16];
-            h[..8].copy_from_slice(&root.to_le_bytes());
-            h
-        })
-        .collect();
-    let items: Vec<Item<'_>> = roots
-        .iter()
-        .zip(&headers)
-        .map(|((name, _), header)| Item {
-            key: name,
-            value: header,
-            flags: BUCKET_FLAG,
-        })
-        .collect();
-    let root = file.tree(&items);
-    let high_water = (file.out.len() / PAGE_SIZE) as u64;
-    for txid in 0..2u64 {
-        let page = &mut file.out[txid as usize * PAGE_SIZE..][..PAGE_SIZE];
-        page_header(page, txid, META, 0, 0);
-        let meta = &mut page[HEADER..];
-        meta[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        meta[4..8].copy_from_slice(&VERSION.to_le_bytes());
-        meta[8..12].copy_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
-        // flags 12..16 and the root's sequence 24..32 stay zero.
-        meta[16..24].copy_from_slice(&root.to_le_bytes());
-        meta[32..40].copy_from_slice(&2u64.to_le_bytes());
-        meta[40..48].copy_from_slice(&high_water.to_le_bytes());
-        meta[48..56].copy_from_slice(&txid.to_le_bytes());
-        let sum = fnv1a64(&meta[..META_SUMMED]);
-        meta[56..64].copy_from_slice(&sum.to_le_bytes());
-    }
-    page_header(&mut file.out[2 * PAGE_SIZE..], 2, FREELIST, 0, 0);
-    file.out
 }
 
 struct Item<'a> {
@@ -138,31 +176,37 @@ struct Writer {
 }
 
 impl Writer {
-    /// Writes a B+tree of `items` (in key order) and returns its root page.
-    fn tree(&mut self, items: &[Item<'_>]) -> u64 {
-        // Leaves: as many items per page as fit; an item too big for a page gets a page
-        // of its own that overflows onto as many more as it needs.
-        let mut level: Vec<(&[u8], u64)> = Vec::new();
-        let mut start = 0;
-        loop {
-            let mut end = start;
-            let mut size = HEADER;
-            while end < items.len() {
-                let more = ELEMENT + items[end].key.len() + items[end].value.len();
-                if end > start && size + more > PAGE_SIZE {
-                    break;
-                }
-                size += more;
-                end += 1;
+    /// Writes a B+tree of `pairs` (in key order, each element flagged `flags`) and
+    /// returns its root page. Leaves are written as they fill: as many pairs per page as
+    /// fit, and a pair too big for a page gets a page of its own that overflows onto as
+    /// many more as it needs. Then branches over them, a level at a time.
+    fn tree<K, V>(&mut self, pairs: impl IntoIterator<Item = (K, V)>, flags: u32) -> u64
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let mut level: Vec<(Vec<u8>, u64)> = Vec::new();
+        let mut page: Vec<(K, V)> = Vec::new();
+        let mut size = HEADER;
+        let mut last: Option<Vec<u8>> = None;
+        for (k, v) in pairs {
+            if cfg!(debug_assertions) {
+                debug_assert!(
+                    last.as_deref().is_none_or(|l| l < k.as_ref()),
+                    "keys out of order"
+                );
+                last = Some(k.as_ref().to_vec());
             }
-            let first = items.get(start).map_or(&[][..], |i| i.key);
-            level.push((first, self.leaf(&items[start..end], size)));
-            start = end;
-            if start >= items.len() {
-                break;
+            let more = ELEMENT + k.as_ref().len() + v.as_ref().len();
+            if !page.is_empty() && size + more > PAGE_SIZE {
+                level.push(self.flush_leaf(&mut page, size, flags));
+                size = HEADER;
             }
+            size += more;
+            page.push((k, v));
         }
-        // Branches over them, a level at a time, until one page holds the rest.
+        // The last page (an empty bucket gets one empty leaf).
+        level.push(self.flush_leaf(&mut page, size, flags));
         while level.len() > 1 {
             let mut next = Vec::new();
             let mut start = 0;
@@ -177,12 +221,40 @@ impl Writer {
                     size += more;
                     end += 1;
                 }
-                next.push((level[start].0, self.branch(&level[start..end], size)));
+                let id = self.branch(&level[start..end], size);
+                next.push((std::mem::take(&mut level[start].0), id));
                 start = end;
             }
             level = next;
         }
         level[0].1
+    }
+
+    /// Writes the pairs gathered in `page` as a leaf and empties it: the leaf's first key
+    /// and its page id.
+    fn flush_leaf<K, V>(
+        &mut self,
+        page: &mut Vec<(K, V)>,
+        size: usize,
+        flags: u32,
+    ) -> (Vec<u8>, u64)
+    where
+        K: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let items: Vec<Item<'_>> = page
+            .iter()
+            .map(|(k, v)| Item {
+                key: k.as_ref(),
+                value: v.as_ref(),
+                flags,
+            })
+            .collect();
+        let first = items.first().map_or_else(Vec::new, |i| i.key.to_vec());
+        let id = self.leaf(&items, size);
+        drop(items);
+        page.clear();
+        (first, id)
     }
 
     /// Appends a page of `size` bytes (header included) and returns its id and bytes.
@@ -216,7 +288,7 @@ impl Writer {
         id
     }
 
-    fn branch(&mut self, children: &[(&[u8], u64)], size: usize) -> u64 {
+    fn branch(&mut self, children: &[(Vec<u8>, u64)], size: usize) -> u64 {
         let (id, page) = self.page(BRANCH, children.len(), size);
         let mut data = HEADER + children.len() * ELEMENT;
         for (i, (key, child)) in children.iter().enumerate() {
@@ -603,11 +675,7 @@ mod tests {
         let mut w = Writer {
             out: vec![0; 3 * PAGE_SIZE],
         };
-        let root = w.tree(&[Item {
-            key: b"small",
-            value: &inline,
-            flags: BUCKET_FLAG,
-        }]);
+        let root = w.tree([(&b"small"[..], &inline[..])], BUCKET_FLAG);
         let reader = Reader {
             bytes: &w.out,
             page_size: PAGE_SIZE,

@@ -31,7 +31,7 @@ use oncekv_core::lease::Lease;
 use oncekv_core::{AuthStore, ImportedState, PermKind, Permission, StateMachine};
 use prost::Message;
 
-use super::bbolt::Buckets;
+use super::bbolt::{Buckets, DbWriter};
 use crate::pb::{authpb, etcdserverpb, mvccpb};
 use crate::types::{Member, NodeId};
 
@@ -104,7 +104,79 @@ fn kv_record(key: &Bytes, v: &Value) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// The `key` bucket of `sm`: what etcd would hold after the same writes and compaction.
+/// The `key` bucket of `sm` (what etcd would hold after the same writes and compaction),
+/// record by record in key order.
+///
+/// Two parts: what compaction kept of the time before the history (each key's value from
+/// before its first recorded change, or its current value if it has none, written at a
+/// compacted revision), then the history, in revision order. The first part's revisions
+/// are below every recorded change's, so the two follow each other; a state where they
+/// would not is put in order as a whole instead.
+fn key_records(sm: &StateMachine) -> Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + '_> {
+    let kv = sm.kv();
+    let changes = kv.history().changes();
+    let mut first_change: HashMap<&Bytes, &Change> = HashMap::new();
+    for c in changes {
+        first_change.entry(&c.key).or_insert(c);
+    }
+    let mut before: Vec<(&Bytes, &Value)> = Vec::new();
+    for (key, value) in kv.iter() {
+        if !first_change.contains_key(key) {
+            before.push((key, value));
+        }
+    }
+    for (key, c) in &first_change {
+        if let Some(v) = &c.prev {
+            before.push((key, v));
+        }
+    }
+    before.sort_by(|a, b| (a.1.mod_revision, a.0).cmp(&(b.1.mod_revision, b.0)));
+    let overlap = match (before.last(), changes.first()) {
+        (Some((_, v)), Some(c)) => v.mod_revision >= c.revision,
+        _ => false,
+    };
+    if overlap {
+        return Box::new(key_bucket(sm).into_iter());
+    }
+    // Subs count the records of one revision, in order.
+    let subs = |revisions: Vec<i64>| {
+        let mut last = None;
+        let mut sub = 0i64;
+        revisions
+            .into_iter()
+            .map(move |r| {
+                sub = if last == Some(r) { sub + 1 } else { 0 };
+                last = Some(r);
+                sub
+            })
+            .collect::<Vec<_>>()
+    };
+    let before_subs = subs(before.iter().map(|(_, v)| v.mod_revision).collect());
+    let change_subs = subs(changes.iter().map(|c| c.revision).collect());
+    let before = before
+        .into_iter()
+        .zip(before_subs)
+        .map(|((key, v), sub)| (rev_bytes(v.mod_revision, sub, false), kv_record(key, v)));
+    let history = changes
+        .iter()
+        .zip(change_subs)
+        .map(|(c, sub)| match &c.value {
+            Some(v) => (rev_bytes(c.revision, sub, false), kv_record(&c.key, v)),
+            None => (rev_bytes(c.revision, sub, true), tombstone(&c.key)),
+        });
+    Box::new(before.chain(history))
+}
+
+fn tombstone(key: &Bytes) -> Vec<u8> {
+    mvccpb::KeyValue {
+        key: key.clone(),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// [`key_records`] gathered and put in order as a whole (for a state whose compacted part
+/// and history would overlap).
 fn key_bucket(sm: &StateMachine) -> Vec<(Vec<u8>, Vec<u8>)> {
     let kv = sm.kv();
     let changes = kv.history().changes();
@@ -166,91 +238,118 @@ fn alarm_type(kind: AlarmKind) -> i32 {
     }
 }
 
-/// CRC-32 of the [`VIEW`] buckets of `buckets`, lengths included (so that moving a byte
-/// from a key to its value changes it).
+/// CRC-32 of the [`VIEW`] buckets, lengths included (so that moving a byte from a key to
+/// its value changes it), fed bucket by bucket in [`VIEW`]'s order.
+struct ViewSum(crc32fast::Hasher);
+
+impl ViewSum {
+    fn new() -> ViewSum {
+        ViewSum(crc32fast::Hasher::new())
+    }
+
+    fn bucket(&mut self, name: &[u8]) {
+        self.0.update(&(name.len() as u64).to_be_bytes());
+        self.0.update(name);
+    }
+
+    fn pair(&mut self, k: &[u8], v: &[u8]) {
+        self.0.update(&(k.len() as u64).to_be_bytes());
+        self.0.update(k);
+        self.0.update(&(v.len() as u64).to_be_bytes());
+        self.0.update(v);
+    }
+
+    fn finish(self) -> u32 {
+        self.0.finalize()
+    }
+}
+
+/// The [`ViewSum`] of `buckets` as read.
 fn view_sum(buckets: &Buckets) -> u32 {
-    let mut h = crc32fast::Hasher::new();
+    let mut h = ViewSum::new();
     for name in VIEW {
-        h.update(&(name.len() as u64).to_be_bytes());
-        h.update(name);
+        h.bucket(name);
         for (k, v) in buckets.get(name).map_or(&[][..], |b| &b[..]) {
-            h.update(&(k.len() as u64).to_be_bytes());
-            h.update(k);
-            h.update(&(v.len() as u64).to_be_bytes());
-            h.update(v);
+            h.pair(k, v);
         }
     }
-    h.finalize()
+    h.finish()
+}
+
+/// Where [`export_to`] puts the buckets, in name order.
+trait Sink {
+    fn bucket(&mut self, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>);
+}
+
+impl Sink for Buckets {
+    fn bucket(&mut self, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) {
+        self.insert(name.to_vec(), pairs.collect());
+    }
+}
+
+impl Sink for DbWriter {
+    fn bucket(&mut self, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) {
+        DbWriter::bucket(self, name, pairs);
+    }
 }
 
 /// The buckets of an etcd 3.4 database holding `sm`, with `members` as the membership, and
 /// `image` (oncekv's snapshot file of the same state) in the `oncekv` bucket.
 pub fn export(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8]) -> Buckets {
     let mut b = Buckets::new();
-    b.insert(KEY.to_vec(), key_bucket(sm));
+    export_to(&mut b, sm, members, image);
+    b
+}
 
-    let mut meta = vec![(
-        b"consistent_index".to_vec(),
-        sm.applied_index().to_be_bytes().to_vec(),
-    )];
-    let compacted = sm.compacted_revision();
-    if compacted > 0 {
-        // Sorted: "finished..." before "scheduled...", both after "consistent_index".
-        meta.push((
-            b"finishedCompactRev".to_vec(),
-            rev_bytes(compacted, 0, false),
-        ));
-        meta.push((
-            b"scheduledCompactRev".to_vec(),
-            rev_bytes(compacted, 0, false),
-        ));
-    }
-    b.insert(META.to_vec(), meta);
+/// [`export`] written straight into a database file: the pairs are made one at a time, so
+/// the file is the only copy of the state held (besides `sm` and `image`).
+pub fn export_db(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8]) -> Vec<u8> {
+    let mut db = DbWriter::new();
+    export_to(&mut db, sm, members, image);
+    db.finish()
+}
 
-    let leases = sm
-        .leases()
-        .iter()
-        .map(|(id, l)| {
-            let record = LeaseRecord {
-                id: *id,
-                ttl: l.ttl,
-                remaining_ttl: 0,
-            };
-            ((*id as u64).to_be_bytes().to_vec(), record.encode_to_vec())
+fn export_to(
+    sink: &mut dyn Sink,
+    sm: &StateMachine,
+    members: &BTreeMap<NodeId, Member>,
+    image: &[u8],
+) {
+    let mut sum = ViewSum::new();
+    // Bucket names in byte order (bbolt's), the view buckets summed as they go.
+    let mut view =
+        |sink: &mut dyn Sink, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>| {
+            sum.bucket(name);
+            let mut summed = pairs.inspect(|(k, v)| sum.pair(k, v));
+            sink.bucket(name, &mut summed);
+        };
+
+    let alarms = sm
+        .alarms()
+        .map(|(member, kind)| {
+            let key = etcdserverpb::AlarmMember {
+                member_id: member,
+                alarm: alarm_type(kind),
+            }
+            .encode_to_vec();
+            (key, Vec::new())
         })
         .collect::<BTreeMap<_, _>>();
-    b.insert(LEASE.to_vec(), leases.into_iter().collect());
+    view(sink, ALARM, &mut alarms.into_iter());
 
     let auth = sm.auth();
-    b.insert(
-        AUTH.to_vec(),
-        vec![
+    view(
+        sink,
+        AUTH,
+        &mut [
             (b"authEnabled".to_vec(), vec![u8::from(auth.enabled())]),
             (
                 b"authRevision".to_vec(),
                 auth.revision().to_be_bytes().to_vec(),
             ),
-        ],
+        ]
+        .into_iter(),
     );
-    let users = auth
-        .users()
-        .filter_map(|name| {
-            let user = auth.user(name)?;
-            let record = authpb::User {
-                name: Bytes::copy_from_slice(name.as_bytes()),
-                password: user
-                    .password
-                    .as_ref()
-                    .map_or_else(Bytes::new, |p| Bytes::copy_from_slice(p.as_bytes())),
-                roles: user.roles.iter().cloned().collect(),
-                options: Some(authpb::UserAddOptions {
-                    no_password: user.password.is_none(),
-                }),
-            };
-            Some((name.as_bytes().to_vec(), record.encode_to_vec()))
-        })
-        .collect::<BTreeMap<_, _>>();
-    b.insert(AUTH_USERS.to_vec(), users.into_iter().collect());
     let roles = auth
         .roles()
         .filter_map(|name| {
@@ -269,20 +368,48 @@ pub fn export(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8
             Some((name.as_bytes().to_vec(), record.encode_to_vec()))
         })
         .collect::<BTreeMap<_, _>>();
-    b.insert(AUTH_ROLES.to_vec(), roles.into_iter().collect());
-
-    let alarms = sm
-        .alarms()
-        .map(|(member, kind)| {
-            let key = etcdserverpb::AlarmMember {
-                member_id: member,
-                alarm: alarm_type(kind),
-            }
-            .encode_to_vec();
-            (key, Vec::new())
+    view(sink, AUTH_ROLES, &mut roles.into_iter());
+    let users = auth
+        .users()
+        .filter_map(|name| {
+            let user = auth.user(name)?;
+            let record = authpb::User {
+                name: Bytes::copy_from_slice(name.as_bytes()),
+                password: user
+                    .password
+                    .as_ref()
+                    .map_or_else(Bytes::new, |p| Bytes::copy_from_slice(p.as_bytes())),
+                roles: user.roles.iter().cloned().collect(),
+                options: Some(authpb::UserAddOptions {
+                    no_password: user.password.is_none(),
+                }),
+            };
+            Some((name.as_bytes().to_vec(), record.encode_to_vec()))
         })
         .collect::<BTreeMap<_, _>>();
-    b.insert(ALARM.to_vec(), alarms.into_iter().collect());
+    view(sink, AUTH_USERS, &mut users.into_iter());
+
+    sink.bucket(
+        CLUSTER,
+        &mut std::iter::once((b"clusterVersion".to_vec(), b"3.4.0".to_vec())),
+    );
+
+    view(sink, KEY, &mut key_records(sm));
+
+    let leases = sm
+        .leases()
+        .iter()
+        .map(|(id, l)| {
+            let record = LeaseRecord {
+                id: *id,
+                ttl: l.ttl,
+                remaining_ttl: 0,
+            };
+            ((*id as u64).to_be_bytes().to_vec(), record.encode_to_vec())
+        })
+        .collect::<BTreeMap<_, _>>();
+    view(sink, LEASE, &mut leases.into_iter());
+    let view_crc = sum.finish();
 
     let members = members
         .iter()
@@ -296,23 +423,36 @@ pub fn export(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8
             (format!("{id:x}").into_bytes(), json.to_string().into_bytes())
         })
         .collect::<BTreeMap<_, _>>();
-    b.insert(MEMBERS.to_vec(), members.into_iter().collect());
-    b.insert(MEMBERS_REMOVED.to_vec(), Vec::new());
-    b.insert(
-        CLUSTER.to_vec(),
-        vec![(b"clusterVersion".to_vec(), b"3.4.0".to_vec())],
-    );
+    sink.bucket(MEMBERS, &mut members.into_iter());
+    sink.bucket(MEMBERS_REMOVED, &mut std::iter::empty());
 
-    let mut ours: Vec<(Vec<u8>, Vec<u8>)> =
-        vec![(VIEW_SUM.to_vec(), view_sum(&b).to_be_bytes().to_vec())];
-    ours.extend(image.chunks(CHUNK).enumerate().map(|(i, chunk)| {
-        let mut k = IMAGE_PREFIX.to_vec();
-        k.extend_from_slice(&(i as u64).to_be_bytes());
-        (k, chunk.to_vec())
-    }));
-    ours.sort();
-    b.insert(ONCEKV.to_vec(), ours);
-    b
+    let mut meta = vec![(
+        b"consistent_index".to_vec(),
+        sm.applied_index().to_be_bytes().to_vec(),
+    )];
+    let compacted = sm.compacted_revision();
+    if compacted > 0 {
+        // Sorted: "finished..." before "scheduled...", both after "consistent_index".
+        meta.push((
+            b"finishedCompactRev".to_vec(),
+            rev_bytes(compacted, 0, false),
+        ));
+        meta.push((
+            b"scheduledCompactRev".to_vec(),
+            rev_bytes(compacted, 0, false),
+        ));
+    }
+    sink.bucket(META, &mut meta.into_iter());
+
+    // "etcd-view-crc32" sorts before "image/...".
+    let ours = std::iter::once((VIEW_SUM.to_vec(), view_crc.to_be_bytes().to_vec())).chain(
+        image.chunks(CHUNK).enumerate().map(|(i, chunk)| {
+            let mut k = IMAGE_PREFIX.to_vec();
+            k.extend_from_slice(&(i as u64).to_be_bytes());
+            (k, chunk.to_vec())
+        }),
+    );
+    sink.bucket(ONCEKV, &mut ours.into_iter());
 }
 
 /// What a database holds, as oncekv takes it.
@@ -727,6 +867,29 @@ mod tests {
             sm.alarms().collect::<Vec<_>>()
         );
         assert_eq!(imported.sessions().len(), 0);
+    }
+
+    #[test]
+    fn the_streamed_database_is_the_gathered_one() {
+        let sm = varied();
+        let image = sm.snapshot().unwrap();
+        // Record by record, in order, as the whole-bucket reference puts them.
+        let streamed: Vec<_> = key_records(&sm).collect();
+        assert_eq!(streamed, key_bucket(&sm));
+        assert!(streamed.windows(2).all(|w| w[0].0 < w[1].0));
+        let mut members = BTreeMap::new();
+        members.insert(
+            7,
+            Member {
+                name: "n1".into(),
+                peer_url: "http://127.0.0.1:2380".into(),
+                client_url: "http://127.0.0.1:2379".into(),
+            },
+        );
+        let gathered = export(&sm, &members, &image);
+        let file = export_db(&sm, &members, &image);
+        assert_eq!(file, super::super::bbolt::write(&gathered));
+        assert_eq!(super::super::bbolt::read(&file).unwrap(), gathered);
     }
 
     #[test]

@@ -118,9 +118,8 @@ pub fn current(applied: &Applied) -> Result<Vec<u8>, String> {
     drop(inner);
     let copy = StateMachine::restore(&data).map_err(|e| format!("invalid state: {e}"))?;
     let image = encode_snapshot_file(&SnapshotFile { meta, data })?;
-    let buckets = etcd_db::export(&copy, &members, &image);
+    let mut db = etcd_db::export_db(&copy, &members, &image);
     drop(copy);
-    let mut db = bbolt::write(&buckets);
     let sum = sha2::Sha256::digest(&db);
     db.extend_from_slice(&sum);
     Ok(db)
