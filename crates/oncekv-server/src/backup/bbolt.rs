@@ -69,45 +69,53 @@ pub fn looks_like_db(bytes: &[u8]) -> bool {
 /// The file holding `buckets` (each bucket's pairs must be in strictly increasing key
 /// order: the caller's invariant, checked in debug builds).
 pub fn write(buckets: &Buckets) -> Vec<u8> {
-    let mut db = DbWriter::new();
-    for (name, pairs) in buckets {
+    let mut db = DbWriter::new(std::io::Cursor::new(Vec::new()));
+    let written = buckets.iter().try_for_each(|(name, pairs)| {
         db.bucket(
             name,
             pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-        );
+        )
+    });
+    // Writing into memory cannot fail.
+    match written.and_then(|()| db.finish()) {
+        Ok(cursor) => cursor.into_inner(),
+        Err(e) => unreachable_in_memory(e),
     }
-    db.finish()
 }
 
-/// A database written one bucket at a time, each from an iterator of its pairs, so that
-/// the pairs never need to be held all at once: only the file, and the current page.
-pub struct DbWriter {
-    out: Writer,
+#[cold]
+fn unreachable_in_memory(e: std::io::Error) -> Vec<u8> {
+    tracing::error!("writing a database into memory failed: {e}");
+    Vec::new()
+}
+
+/// A database written one bucket at a time, each from an iterator of its pairs, into
+/// `W` (a file, or memory) as its pages fill: only the current page and the first key of
+/// each page are held, never the pairs.
+pub struct DbWriter<W> {
+    out: Writer<W>,
     /// Each bucket written so far, with its root page.
     roots: Vec<(Vec<u8>, u64)>,
 }
 
-impl std::fmt::Debug for DbWriter {
+impl<W> std::fmt::Debug for DbWriter<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DbWriter")
-            .field("bytes", &self.out.out.len())
+            .field("pages", &self.out.pages)
             .field("buckets", &self.roots.len())
             .finish()
     }
 }
 
-impl Default for DbWriter {
-    fn default() -> Self {
-        DbWriter::new()
-    }
-}
-
-impl DbWriter {
-    pub fn new() -> DbWriter {
+impl<W: std::io::Write + std::io::Seek> DbWriter<W> {
+    /// A database written into `out`, from its current position (which becomes page 0).
+    pub fn new(out: W) -> DbWriter<W> {
         DbWriter {
-            // Pages 0 and 1 (the metas) and 2 (the freelist) are filled in by `finish`.
             out: Writer {
-                out: vec![0; 3 * PAGE_SIZE],
+                out,
+                pages: 0,
+                page: Vec::new(),
+                failed: None,
             },
             roots: Vec::new(),
         }
@@ -115,7 +123,11 @@ impl DbWriter {
 
     /// Writes bucket `name` holding `pairs`. Buckets must come in increasing name order
     /// and each bucket's keys in strictly increasing order (checked in debug builds).
-    pub fn bucket<K, V>(&mut self, name: &[u8], pairs: impl IntoIterator<Item = (K, V)>)
+    pub fn bucket<K, V>(
+        &mut self,
+        name: &[u8],
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> std::io::Result<()>
     where
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
@@ -126,13 +138,18 @@ impl DbWriter {
                 .is_none_or(|(last, _)| last.as_slice() < name),
             "buckets out of order"
         );
-        let root = self.out.tree(pairs, 0);
+        self.out.start()?;
+        let root = self.out.tree(pairs, 0)?;
         self.roots.push((name.to_vec(), root));
+        Ok(())
     }
 
-    /// The finished file.
-    pub fn finish(self) -> Vec<u8> {
+    /// Writes the root bucket, then the metas and the freelist over the first three pages;
+    /// the writer is left at the end of the file.
+    pub fn finish(self) -> std::io::Result<W> {
+        use std::io::SeekFrom;
         let DbWriter { mut out, roots } = self;
+        out.start()?;
         let headers: Vec<(Vec<u8>, [u8; 16])> = roots
             .into_iter()
             .map(|(name, root)| {
@@ -141,11 +158,11 @@ impl DbWriter {
                 (name, h)
             })
             .collect();
-        let root = out.tree(headers.iter().map(|(n, h)| (n, h)), BUCKET_FLAG);
-        let mut file = out.out;
-        let high_water = (file.len() / PAGE_SIZE) as u64;
+        let root = out.tree(headers.iter().map(|(n, h)| (n, h)), BUCKET_FLAG)?;
+        let high_water = out.pages;
+        let mut first = vec![0u8; 3 * PAGE_SIZE];
         for txid in 0..2u64 {
-            let page = &mut file[txid as usize * PAGE_SIZE..][..PAGE_SIZE];
+            let page = &mut first[txid as usize * PAGE_SIZE..][..PAGE_SIZE];
             page_header(page, txid, META, 0, 0);
             let meta = &mut page[HEADER..];
             meta[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -159,8 +176,15 @@ impl DbWriter {
             let sum = fnv1a64(&meta[..META_SUMMED]);
             meta[56..64].copy_from_slice(&sum.to_le_bytes());
         }
-        page_header(&mut file[2 * PAGE_SIZE..], 2, FREELIST, 0, 0);
-        file
+        page_header(&mut first[2 * PAGE_SIZE..], 2, FREELIST, 0, 0);
+        let mut w = out.out;
+        let end = w.stream_position()?;
+        let start = end - high_water * PAGE_SIZE as u64;
+        w.seek(SeekFrom::Start(start))?;
+        w.write_all(&first)?;
+        w.seek(SeekFrom::Start(end))?;
+        w.flush()?;
+        Ok(w)
     }
 }
 
@@ -170,17 +194,44 @@ struct Item<'a> {
     flags: u32,
 }
 
-struct Writer {
-    /// The file so far: always a whole number of pages, page `n` at `n * PAGE_SIZE`.
-    out: Vec<u8>,
+struct Writer<W> {
+    out: W,
+    /// Pages written so far: the next page's id.
+    pages: u64,
+    /// The page being filled.
+    page: Vec<u8>,
+    /// A write that failed inside a tree (reported when the tree is done).
+    failed: Option<std::io::Error>,
 }
 
-impl Writer {
-    /// Writes a B+tree of `pairs` (in key order, each element flagged `flags`) and
-    /// returns its root page. Leaves are written as they fill: as many pairs per page as
-    /// fit, and a pair too big for a page gets a page of its own that overflows onto as
-    /// many more as it needs. Then branches over them, a level at a time.
-    fn tree<K, V>(&mut self, pairs: impl IntoIterator<Item = (K, V)>, flags: u32) -> u64
+impl<W: std::io::Write> Writer<W> {
+    /// Reserves pages 0 to 2 (the metas and the freelist, written by `finish`) before the
+    /// first data page.
+    fn start(&mut self) -> std::io::Result<()> {
+        if self.pages == 0 {
+            self.out.write_all(&[0u8; 3 * PAGE_SIZE])?;
+            self.pages = 3;
+        }
+        Ok(())
+    }
+
+    /// Writes the page filled by `page` and returns its id.
+    fn emit(&mut self) -> u64 {
+        let id = self.pages;
+        if self.failed.is_none()
+            && let Err(e) = self.out.write_all(&self.page)
+        {
+            self.failed = Some(e);
+        }
+        self.pages += (self.page.len() / PAGE_SIZE) as u64;
+        id
+    }
+
+    fn tree<K, V>(
+        &mut self,
+        pairs: impl IntoIterator<Item = (K, V)>,
+        flags: u32,
+    ) -> std::io::Result<u64>
     where
         K: AsRef<[u8]>,
         V: AsRef<[u8]>,
@@ -227,7 +278,10 @@ impl Writer {
             }
             level = next;
         }
-        level[0].1
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(level[0].1),
+        }
     }
 
     /// Writes the pairs gathered in `page` as a leaf and empties it: the leaf's first key
@@ -257,21 +311,26 @@ impl Writer {
         (first, id)
     }
 
-    /// Appends a page of `size` bytes (header included) and returns its id and bytes.
-    fn page(&mut self, flags: u16, count: usize, size: usize) -> (u64, &mut [u8]) {
-        let id = (self.out.len() / PAGE_SIZE) as u64;
+    /// Starts a page of `size` bytes (header included) in `self.page`: its bytes, to fill
+    /// before [`emit`](Self::emit).
+    fn page(&mut self, flags: u16, count: usize, size: usize) -> &mut [u8] {
         let pages = size.div_ceil(PAGE_SIZE).max(1);
-        let at = self.out.len();
-        self.out.resize(at + pages * PAGE_SIZE, 0);
-        let page = &mut self.out[at..];
+        self.page.clear();
+        self.page.resize(pages * PAGE_SIZE, 0);
         // Counts are bounded by the page size (an element takes 16 bytes), except for a
         // single oversized item, so they fit bbolt's u16.
-        page_header(page, id, flags, count as u16, (pages - 1) as u32);
-        (id, page)
+        page_header(
+            &mut self.page,
+            self.pages,
+            flags,
+            count as u16,
+            (pages - 1) as u32,
+        );
+        &mut self.page
     }
 
     fn leaf(&mut self, items: &[Item<'_>], size: usize) -> u64 {
-        let (id, page) = self.page(LEAF, items.len(), size);
+        let page = self.page(LEAF, items.len(), size);
         let mut data = HEADER + items.len() * ELEMENT;
         for (i, item) in items.iter().enumerate() {
             let at = HEADER + i * ELEMENT;
@@ -285,11 +344,11 @@ impl Writer {
             page[data..data + item.value.len()].copy_from_slice(item.value);
             data += item.value.len();
         }
-        id
+        self.emit()
     }
 
     fn branch(&mut self, children: &[(Vec<u8>, u64)], size: usize) -> u64 {
-        let (id, page) = self.page(BRANCH, children.len(), size);
+        let page = self.page(BRANCH, children.len(), size);
         let mut data = HEADER + children.len() * ELEMENT;
         for (i, (key, child)) in children.iter().enumerate() {
             let at = HEADER + i * ELEMENT;
@@ -300,7 +359,7 @@ impl Writer {
             page[data..data + key.len()].copy_from_slice(key);
             data += key.len();
         }
-        id
+        self.emit()
     }
 }
 
@@ -673,9 +732,13 @@ mod tests {
         page.extend_from_slice(b"abxyz");
         inline.extend_from_slice(&page);
         let mut w = Writer {
-            out: vec![0; 3 * PAGE_SIZE],
+            out: Vec::new(),
+            pages: 0,
+            page: Vec::new(),
+            failed: None,
         };
-        let root = w.tree([(&b"small"[..], &inline[..])], BUCKET_FLAG);
+        w.start().unwrap();
+        let root = w.tree([(&b"small"[..], &inline[..])], BUCKET_FLAG).unwrap();
         let reader = Reader {
             bytes: &w.out,
             page_size: PAGE_SIZE,

@@ -278,18 +278,31 @@ fn view_sum(buckets: &Buckets) -> u32 {
 
 /// Where [`export_to`] puts the buckets, in name order.
 trait Sink {
-    fn bucket(&mut self, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>);
+    fn bucket(
+        &mut self,
+        name: &[u8],
+        pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
+    ) -> std::io::Result<()>;
 }
 
 impl Sink for Buckets {
-    fn bucket(&mut self, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) {
+    fn bucket(
+        &mut self,
+        name: &[u8],
+        pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
+    ) -> std::io::Result<()> {
         self.insert(name.to_vec(), pairs.collect());
+        Ok(())
     }
 }
 
-impl Sink for DbWriter {
-    fn bucket(&mut self, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>) {
-        DbWriter::bucket(self, name, pairs);
+impl<W: std::io::Write + std::io::Seek> Sink for DbWriter<W> {
+    fn bucket(
+        &mut self,
+        name: &[u8],
+        pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>,
+    ) -> std::io::Result<()> {
+        DbWriter::bucket(self, name, pairs)
     }
 }
 
@@ -297,15 +310,21 @@ impl Sink for DbWriter {
 /// `image` (oncekv's snapshot file of the same state) in the `oncekv` bucket.
 pub fn export(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8]) -> Buckets {
     let mut b = Buckets::new();
-    export_to(&mut b, sm, members, image);
+    // Gathering into memory does not fail.
+    let _ = export_to(&mut b, sm, members, image);
     b
 }
 
-/// [`export`] written straight into a database file: the pairs are made one at a time, so
-/// the file is the only copy of the state held (besides `sm` and `image`).
-pub fn export_db(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8]) -> Vec<u8> {
-    let mut db = DbWriter::new();
-    export_to(&mut db, sm, members, image);
+/// [`export`] written straight into a database file in `out`: the pairs are made one at a
+/// time and written as pages fill, so no copy of the state is gathered in memory.
+pub fn export_db<W: std::io::Write + std::io::Seek>(
+    sm: &StateMachine,
+    members: &BTreeMap<NodeId, Member>,
+    image: &[u8],
+    out: W,
+) -> std::io::Result<W> {
+    let mut db = DbWriter::new(out);
+    export_to(&mut db, sm, members, image)?;
     db.finish()
 }
 
@@ -314,14 +333,14 @@ fn export_to(
     sm: &StateMachine,
     members: &BTreeMap<NodeId, Member>,
     image: &[u8],
-) {
+) -> std::io::Result<()> {
     let mut sum = ViewSum::new();
     // Bucket names in byte order (bbolt's), the view buckets summed as they go.
     let mut view =
         |sink: &mut dyn Sink, name: &[u8], pairs: &mut dyn Iterator<Item = (Vec<u8>, Vec<u8>)>| {
             sum.bucket(name);
             let mut summed = pairs.inspect(|(k, v)| sum.pair(k, v));
-            sink.bucket(name, &mut summed);
+            sink.bucket(name, &mut summed)
         };
 
     let alarms = sm
@@ -335,7 +354,7 @@ fn export_to(
             (key, Vec::new())
         })
         .collect::<BTreeMap<_, _>>();
-    view(sink, ALARM, &mut alarms.into_iter());
+    view(sink, ALARM, &mut alarms.into_iter())?;
 
     let auth = sm.auth();
     view(
@@ -349,7 +368,7 @@ fn export_to(
             ),
         ]
         .into_iter(),
-    );
+    )?;
     let roles = auth
         .roles()
         .filter_map(|name| {
@@ -368,7 +387,7 @@ fn export_to(
             Some((name.as_bytes().to_vec(), record.encode_to_vec()))
         })
         .collect::<BTreeMap<_, _>>();
-    view(sink, AUTH_ROLES, &mut roles.into_iter());
+    view(sink, AUTH_ROLES, &mut roles.into_iter())?;
     let users = auth
         .users()
         .filter_map(|name| {
@@ -387,14 +406,14 @@ fn export_to(
             Some((name.as_bytes().to_vec(), record.encode_to_vec()))
         })
         .collect::<BTreeMap<_, _>>();
-    view(sink, AUTH_USERS, &mut users.into_iter());
+    view(sink, AUTH_USERS, &mut users.into_iter())?;
 
     sink.bucket(
         CLUSTER,
         &mut std::iter::once((b"clusterVersion".to_vec(), b"3.4.0".to_vec())),
-    );
+    )?;
 
-    view(sink, KEY, &mut key_records(sm));
+    view(sink, KEY, &mut key_records(sm))?;
 
     let leases = sm
         .leases()
@@ -408,7 +427,7 @@ fn export_to(
             ((*id as u64).to_be_bytes().to_vec(), record.encode_to_vec())
         })
         .collect::<BTreeMap<_, _>>();
-    view(sink, LEASE, &mut leases.into_iter());
+    view(sink, LEASE, &mut leases.into_iter())?;
     let view_crc = sum.finish();
 
     let members = members
@@ -423,8 +442,8 @@ fn export_to(
             (format!("{id:x}").into_bytes(), json.to_string().into_bytes())
         })
         .collect::<BTreeMap<_, _>>();
-    sink.bucket(MEMBERS, &mut members.into_iter());
-    sink.bucket(MEMBERS_REMOVED, &mut std::iter::empty());
+    sink.bucket(MEMBERS, &mut members.into_iter())?;
+    sink.bucket(MEMBERS_REMOVED, &mut std::iter::empty())?;
 
     let mut meta = vec![(
         b"consistent_index".to_vec(),
@@ -442,7 +461,7 @@ fn export_to(
             rev_bytes(compacted, 0, false),
         ));
     }
-    sink.bucket(META, &mut meta.into_iter());
+    sink.bucket(META, &mut meta.into_iter())?;
 
     // "etcd-view-crc32" sorts before "image/...".
     let ours = std::iter::once((VIEW_SUM.to_vec(), view_crc.to_be_bytes().to_vec())).chain(
@@ -452,7 +471,7 @@ fn export_to(
             (k, chunk.to_vec())
         }),
     );
-    sink.bucket(ONCEKV, &mut ours.into_iter());
+    sink.bucket(ONCEKV, &mut ours.into_iter())
 }
 
 /// What a database holds, as oncekv takes it.
@@ -887,7 +906,9 @@ mod tests {
             },
         );
         let gathered = export(&sm, &members, &image);
-        let file = export_db(&sm, &members, &image);
+        let file = export_db(&sm, &members, &image, std::io::Cursor::new(Vec::new()))
+            .unwrap()
+            .into_inner();
         assert_eq!(file, super::super::bbolt::write(&gathered));
         assert_eq!(super::super::bbolt::read(&file).unwrap(), gathered);
     }

@@ -94,8 +94,11 @@ impl std::fmt::Display for Origin {
     }
 }
 
-/// The applied state of `applied`, now, as a copy.
-pub fn current(applied: &Applied) -> Result<Vec<u8>, String> {
+/// The applied state of `applied`, now, as a copy, written to an unnamed temporary file
+/// in `dir` (gone once closed): the file, at its start, and its length. Only the state's
+/// image and a decoded copy of it are held in memory, not the copy itself.
+pub fn current(applied: &Applied, dir: &Path) -> Result<(std::fs::File, u64), String> {
+    use std::io::{Seek, SeekFrom, Write};
     let inner = applied.read();
     let data = inner.sm.snapshot().map_err(|e| e.to_string())?;
     let last = inner.last_applied;
@@ -118,11 +121,20 @@ pub fn current(applied: &Applied) -> Result<Vec<u8>, String> {
     drop(inner);
     let copy = StateMachine::restore(&data).map_err(|e| format!("invalid state: {e}"))?;
     let image = encode_snapshot_file(&SnapshotFile { meta, data })?;
-    let mut db = etcd_db::export_db(&copy, &members, &image);
-    drop(copy);
-    let sum = sha2::Sha256::digest(&db);
-    db.extend_from_slice(&sum);
-    Ok(db)
+    let io = |e: std::io::Error| format!("writing the copy in {}: {e}", dir.display());
+    let file = tempfile::tempfile_in(dir).map_err(io)?;
+    let out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let out = etcd_db::export_db(&copy, &members, &image, out).map_err(io)?;
+    drop((copy, image));
+    let mut file = out.into_inner().map_err(|e| io(e.into_error()))?;
+    // etcd's stream ends with the SHA-256 of the database.
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    let mut sha = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut sha).map_err(io)?;
+    file.write_all(&sha.finalize()).map_err(io)?;
+    let len = file.stream_position().map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    Ok((file, len))
 }
 
 /// Page size of oncekv's earlier copies, and the size of the trailing checksum.

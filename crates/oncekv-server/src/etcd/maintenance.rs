@@ -103,37 +103,58 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    /// The applied state now, streamed in chunks; the first carries the header.
+    /// The applied state now, as an etcd database file (see [`crate::backup`]) written to
+    /// a temporary file in the data directory, then streamed from it in chunks; the
+    /// first carries the header.
     async fn snapshot(
         &self,
         request: Request<pb::SnapshotRequest>,
     ) -> Result<Response<BoxStream<pb::SnapshotResponse>>, Status> {
+        use tokio::io::AsyncReadExt;
         self.node
             .authorize(&Caller::of(&request), &[Need::Admin])
             .await?;
         let node = self.node.clone();
-        // Encoding walks the whole state: off the async workers.
-        let bytes = tokio::task::spawn_blocking(move || crate::backup::current(node.applied()))
-            .await
-            .map_err(|e| Status::internal(format!("snapshot: {e}")))?
-            .map_err(|e| Status::internal(format!("snapshot: {e}")))?;
+        let dir = self.node.config().data_dir.clone();
+        // Writing the copy walks the whole state: off the async workers.
+        let (file, total) =
+            tokio::task::spawn_blocking(move || crate::backup::current(node.applied(), &dir))
+                .await
+                .map_err(|e| Status::internal(format!("snapshot: {e}")))?
+                .map_err(|e| Status::internal(format!("snapshot: {e}")))?;
         let revision = self.node.applied().read().sm.revision();
         let header = self.node.header(revision);
-        let total = bytes.len();
-        let bytes = bytes::Bytes::from(bytes);
-        let chunks: Vec<Result<pb::SnapshotResponse, Status>> = (0..total.max(1))
-            .step_by(SNAPSHOT_CHUNK)
-            .enumerate()
-            .map(|(i, start)| {
-                let end = (start + SNAPSHOT_CHUNK).min(total);
-                Ok(pb::SnapshotResponse {
-                    header: if i == 0 { header } else { None },
-                    remaining_bytes: (total - end) as u64,
-                    blob: bytes.slice(start..end),
-                })
-            })
-            .collect();
-        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+        let file = tokio::fs::File::from_std(file);
+        // (file, bytes sent, header still to send); the file is closed (and so removed)
+        // when the stream ends or the client goes away.
+        let chunks = futures::stream::unfold(
+            (Some(file), 0u64, header),
+            move |(file, sent, header)| async move {
+                // A copy is never empty: a database has at least its four first pages.
+                let mut file = file?;
+                if sent >= total {
+                    return None;
+                }
+                let len = (total - sent).min(SNAPSHOT_CHUNK as u64) as usize;
+                let mut blob = vec![0u8; len];
+                match file.read_exact(&mut blob).await {
+                    Ok(_) => {
+                        let sent = sent + len as u64;
+                        let chunk = pb::SnapshotResponse {
+                            header,
+                            remaining_bytes: total - sent,
+                            blob: blob.into(),
+                        };
+                        Some((Ok(chunk), (Some(file), sent, None)))
+                    }
+                    Err(e) => Some((
+                        Err(Status::internal(format!("snapshot: reading the copy: {e}"))),
+                        (None, sent, None),
+                    )),
+                }
+            },
+        );
+        Ok(Response::new(Box::pin(chunks)))
     }
 
     /// A CRC-32 of this member's whole replicated state (keys with history, leases,
