@@ -50,6 +50,40 @@ fn eventually(cmd: &str, endpoints: &str, args: &[&str], limit: Duration) -> Str
 }
 
 /// `NAME="value"` lines of `member add`'s output.
+/// Waits until every member at `endpoints` names the same leader twice, half a second
+/// apart: a membership change sent during an election fails (as etcd's does, with its
+/// outcome unknown), and a fresh cluster on a loaded machine may still hold one.
+fn stable_leader(endpoints: &str) {
+    let leaders = || {
+        let out = run("etcdctl", endpoints, &["endpoint", "status", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let all: Vec<u64> = v
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| e["Status"]["leader"].as_u64().unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let n = endpoints.split(',').count();
+        (all.len() == n && all.iter().all(|l| *l != 0 && *l == all[0])).then(|| all[0])
+    };
+    let start = Instant::now();
+    loop {
+        if let Some(first) = leaders() {
+            std::thread::sleep(Duration::from_millis(500));
+            if leaders() == Some(first) {
+                return;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no stable leader at {endpoints}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn env_value(out: &str, name: &str) -> String {
     out.lines()
         .find_map(|l| l.strip_prefix(&format!("{name}=")))
@@ -98,6 +132,7 @@ fn etcdctl_grows_the_cluster_and_removes_the_leader() {
     );
 
     let n4_peer = format!("http://127.0.0.1:{}", ports[3].1);
+    stable_leader(&founders);
     let out = ok(
         "etcdctl",
         &founders,
@@ -150,6 +185,7 @@ fn etcdctl_grows_the_cluster_and_removes_the_leader() {
     );
 
     // Remove the leader: its process exits, the other three elect a leader and serve.
+    stable_leader(&all(&[0, 1, 2, 3]));
     let status = ok("etcdctl", &founders, &["endpoint", "status", "-w", "json"]);
     let v: serde_json::Value = serde_json::from_str(&status).unwrap();
     let leader = format!("{:x}", v[0]["Status"]["leader"].as_u64().unwrap());

@@ -67,26 +67,16 @@ pub fn looks_like_db(bytes: &[u8]) -> bool {
 // Writing
 
 /// The file holding `buckets` (each bucket's pairs must be in strictly increasing key
-/// order: the caller's invariant, checked in debug builds).
-pub fn write(buckets: &Buckets) -> Vec<u8> {
+/// order: the caller's invariant, checked in debug builds), in memory.
+pub fn write(buckets: &Buckets) -> std::io::Result<Vec<u8>> {
     let mut db = DbWriter::new(std::io::Cursor::new(Vec::new()));
-    let written = buckets.iter().try_for_each(|(name, pairs)| {
+    for (name, pairs) in buckets {
         db.bucket(
             name,
             pairs.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
-        )
-    });
-    // Writing into memory cannot fail.
-    match written.and_then(|()| db.finish()) {
-        Ok(cursor) => cursor.into_inner(),
-        Err(e) => unreachable_in_memory(e),
+        )?;
     }
-}
-
-#[cold]
-fn unreachable_in_memory(e: std::io::Error) -> Vec<u8> {
-    tracing::error!("writing a database into memory failed: {e}");
-    Vec::new()
+    Ok(db.finish()?.into_inner())
 }
 
 /// A database written one bucket at a time, each from an iterator of its pairs, into
@@ -649,7 +639,7 @@ mod tests {
         // One leaf; many leaves under branches (three levels); values that overflow.
         for (keys, value_len) in [(0, 0), (3, 10), (20_000, 40), (50, 9_000), (2, 300_000)] {
             let buckets = sample(keys, value_len);
-            let file = write(&buckets);
+            let file = write(&buckets).unwrap();
             assert_eq!(file.len() % PAGE_SIZE, 0);
             assert!(looks_like_db(&file));
             assert_eq!(read(&file).unwrap(), buckets, "{keys} keys of {value_len}");
@@ -664,7 +654,7 @@ mod tests {
     fn every_page_is_reachable_exactly_once() {
         // bbolt's check: each page below the high-water mark is a meta, the freelist, or
         // reached once from the root (overflow pages included).
-        let file = write(&sample(5_000, 700));
+        let file = write(&sample(5_000, 700)).unwrap();
         let meta = meta_at(&file, 0).unwrap();
         let reader = Reader {
             bytes: &file,
@@ -696,7 +686,7 @@ mod tests {
     #[test]
     fn the_newer_valid_meta_is_used_and_damage_is_an_error() {
         let buckets = sample(100, 50);
-        let file = write(&buckets);
+        let file = write(&buckets).unwrap();
         // Damaging one meta leaves the other.
         for at in [HEADER + 20, PAGE_SIZE + HEADER + 20] {
             let mut one = file.clone();

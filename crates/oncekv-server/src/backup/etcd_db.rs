@@ -909,7 +909,7 @@ mod tests {
         let file = export_db(&sm, &members, &image, std::io::Cursor::new(Vec::new()))
             .unwrap()
             .into_inner();
-        assert_eq!(file, super::super::bbolt::write(&gathered));
+        assert_eq!(file, super::super::bbolt::write(&gathered).unwrap());
         assert_eq!(super::super::bbolt::read(&file).unwrap(), gathered);
     }
 
