@@ -103,6 +103,19 @@ impl Method {
         })
     }
 
+    /// The signing encoding of an RSA method (PKCS#1 v1.5 or PSS).
+    fn rsa_encoding(self) -> Option<&'static dyn signature::RsaEncoding> {
+        Some(match self {
+            Method::Rs256 => &signature::RSA_PKCS1_SHA256,
+            Method::Rs384 => &signature::RSA_PKCS1_SHA384,
+            Method::Rs512 => &signature::RSA_PKCS1_SHA512,
+            Method::Ps256 => &signature::RSA_PSS_SHA256,
+            Method::Ps384 => &signature::RSA_PSS_SHA384,
+            Method::Ps512 => &signature::RSA_PSS_SHA512,
+            _ => return None,
+        })
+    }
+
     fn hmac(self) -> Option<ring::hmac::Algorithm> {
         match self {
             Method::Hs256 => Some(ring::hmac::HMAC_SHA256),
@@ -240,23 +253,15 @@ fn private_key(method: Method, pem: &[u8]) -> Result<Signer, String> {
     };
     let bad = |e: &dyn std::fmt::Display| format!("auth: private key ({label}): {e}");
     match method {
-        Method::Rs256 | Method::Rs384 | Method::Rs512 => {
-            let encoding: &'static dyn signature::RsaEncoding = match method {
-                Method::Rs256 => &signature::RSA_PKCS1_SHA256,
-                Method::Rs384 => &signature::RSA_PKCS1_SHA384,
-                _ => &signature::RSA_PKCS1_SHA512,
-            };
-            Ok(Signer::Rsa(
-                rsa_key(&label, &der).map_err(|e| bad(&e))?,
-                encoding,
-            ))
-        }
-        Method::Ps256 | Method::Ps384 | Method::Ps512 => {
-            let encoding: &'static dyn signature::RsaEncoding = match method {
-                Method::Ps256 => &signature::RSA_PSS_SHA256,
-                Method::Ps384 => &signature::RSA_PSS_SHA384,
-                _ => &signature::RSA_PSS_SHA512,
-            };
+        Method::Rs256
+        | Method::Rs384
+        | Method::Rs512
+        | Method::Ps256
+        | Method::Ps384
+        | Method::Ps512 => {
+            let encoding = method
+                .rsa_encoding()
+                .ok_or("auth: internal: an RSA method without its encoding")?;
             Ok(Signer::Rsa(
                 rsa_key(&label, &der).map_err(|e| bad(&e))?,
                 encoding,

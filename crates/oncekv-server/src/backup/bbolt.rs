@@ -68,6 +68,7 @@ pub fn looks_like_db(bytes: &[u8]) -> bool {
 
 /// The file holding `buckets` (each bucket's pairs must be in strictly increasing key
 /// order: the caller's invariant, checked in debug builds), in memory.
+#[cfg(test)]
 pub fn write(buckets: &Buckets) -> std::io::Result<Vec<u8>> {
     let mut db = DbWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, pairs) in buckets {

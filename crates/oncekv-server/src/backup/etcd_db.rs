@@ -285,6 +285,8 @@ trait Sink {
     ) -> std::io::Result<()>;
 }
 
+/// Gathering in memory, for the tests that look inside the buckets.
+#[cfg(test)]
 impl Sink for Buckets {
     fn bucket(
         &mut self,
@@ -308,6 +310,7 @@ impl<W: std::io::Write + std::io::Seek> Sink for DbWriter<W> {
 
 /// The buckets of an etcd 3.4 database holding `sm`, with `members` as the membership, and
 /// `image` (oncekv's snapshot file of the same state) in the `oncekv` bucket.
+#[cfg(test)]
 pub fn export(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8]) -> Buckets {
     let mut b = Buckets::new();
     // Gathering into memory does not fail.
