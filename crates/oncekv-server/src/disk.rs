@@ -134,14 +134,37 @@ impl AppendFile for File {
         File::sync_data(self)
     }
 
+    /// `fallocate` first, so that a full disk fails here rather than in a record's write;
+    /// then zeros written over the new range. A fallocated block is "unwritten" until
+    /// written, and the first write into it changes the extent map, which every
+    /// `fdatasync` covering it must commit through the file system's journal: on ext4
+    /// here that made each record batch's fdatasync about 1.5 times slower (three
+    /// concurrent appenders, 7 KB per sync: p50 250-270 us against 150-170 us into
+    /// zeroed blocks). The zeros reach the disk with the next `sync_data`.
     fn preallocate(&mut self, len: u64) -> io::Result<()> {
         use rustix::fs::FallocateFlags;
+        let from = self.metadata()?.len();
         match rustix::fs::fallocate(&*self, FallocateFlags::empty(), 0, len) {
-            Ok(()) => Ok(()),
-            Err(rustix::io::Errno::OPNOTSUPP) => Err(io::ErrorKind::Unsupported.into()),
-            Err(e) => Err(e.into()),
+            Ok(()) => {}
+            Err(rustix::io::Errno::OPNOTSUPP) => return Err(io::ErrorKind::Unsupported.into()),
+            Err(e) => return Err(e.into()),
         }
+        write_zeros(self, from, len)
     }
+}
+
+/// Writes zeros over `[from, to)` of `file` (positional writes: the file's write position
+/// stays).
+fn write_zeros(file: &File, from: u64, to: u64) -> io::Result<()> {
+    const CHUNK: usize = 64 * 1024;
+    static ZEROS: [u8; CHUNK] = [0; CHUNK];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(CHUNK as u64) as usize;
+        file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 impl ReadAt for File {
@@ -163,4 +186,34 @@ pub fn write_atomically(disk: &dyn Disk, path: &Path, bytes: &[u8]) -> io::Resul
     drop(f);
     disk.rename(tmp, path)?;
     disk.sync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    // The reservation is zeros, leaves what was written alone, and appends still land
+    // right after the last write (not after the reserved range).
+    #[test]
+    fn preallocate_zero_fills_past_the_written_bytes_and_keeps_the_write_position() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("seg");
+        let mut file = OsDisk.create_new(&path).unwrap();
+        file.write_all(&[7u8; 100]).unwrap();
+        match file.preallocate(200_000) {
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
+            r => r.unwrap(),
+        }
+        assert_eq!(fs::metadata(&path).unwrap().len(), 200_000);
+        file.write_all(&[9u8; 50]).unwrap();
+        // A second step starts where the first one ended.
+        file.preallocate(300_000).unwrap();
+        file.sync_data().unwrap();
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 300_000);
+        assert!(bytes[..100].iter().all(|&b| b == 7));
+        assert!(bytes[100..150].iter().all(|&b| b == 9));
+        assert!(bytes[150..].iter().all(|&b| b == 0));
+    }
 }

@@ -140,9 +140,11 @@ impl SyncGate {
     }
 }
 
-/// How far ahead of its records a segment is kept reserved: one `fallocate` per this many
-/// bytes appended, and what an idle member holds.
-const RESERVE_AHEAD: u64 = 4 << 20;
+/// How far ahead of its records a segment is kept reserved: one `fallocate` and zero fill
+/// per this many bytes appended (the zeros ride on the next batch's fdatasync, so a step
+/// is small enough for that one sync to stay around a millisecond), and what an idle
+/// member holds.
+const RESERVE_AHEAD: u64 = 1 << 20;
 
 /// The writer's private state.
 pub(super) struct Writer {
