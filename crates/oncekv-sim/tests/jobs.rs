@@ -43,6 +43,12 @@ fn run_sim(jobs: &str) -> Vec<String> {
 
 #[test]
 fn seeds_in_child_processes_print_what_one_job_prints() {
+    if !oncekv_sim::TOKIO_SEEDED {
+        panic!(
+            "built without --cfg tokio_unstable (.cargo/config.toml sets it; a RUSTFLAGS \
+             variable replaces it): tokio's select! order is then random per process"
+        );
+    }
     let one = run_sim("1");
     let two = run_sim("2");
     assert_eq!(
