@@ -134,7 +134,7 @@ fn new_member_id(peer_url: &str, salt: u64, taken: &BTreeSet<NodeId>) -> NodeId 
 impl NodeCore {
     /// Makes `change` on the leader (forwarding it from a follower).
     pub async fn change_members(&self, change: MemberChange) -> Result<Changed, MembershipError> {
-        match self.leader() {
+        match self.settled_leader().await {
             Some(leader) if leader == self.id() => self.change_members_local(change).await,
             Some(leader) => self.forwarder().change_members(leader, change).await,
             None => Err(ProposeError::NoLeader.into()),

@@ -130,12 +130,34 @@ async fn leader_read_index(
     }
 }
 
+/// The leader `raft` knows, waiting up to `limit` while it knows none (an election in
+/// progress). A request that meets an election is held through it, as a linearizable
+/// read is in etcd, instead of failing with "no leader" at once (etcd's clients do not
+/// retry that); the limit keeps a member cut off from the majority answering "no leader"
+/// soon enough for a client to try another.
+pub(crate) async fn settled_leader(raft: &Raft, limit: Duration) -> Option<NodeId> {
+    let mut metrics = raft.metrics();
+    if let Some(leader) = metrics.borrow().current_leader {
+        return Some(leader);
+    }
+    let known = metrics.wait_for(|m| m.current_leader.is_some());
+    match tokio::time::timeout(limit, known).await {
+        Ok(Ok(m)) => m.current_leader,
+        _ => None,
+    }
+}
+
+/// How long a request waits for an election: about what one takes.
+fn election_wait(config: &NodeConfig) -> Duration {
+    Duration::from_millis(config.election_timeout_ms.saturating_mul(2)).min(config.request_timeout)
+}
+
 /// The two read batchers of member `id`: any read here, and followers' reads here.
 fn read_batchers(
     raft: &Raft,
     forwarder: &Forwarder,
     id: NodeId,
-    timeout: Duration,
+    (timeout, settle): (Duration, Duration),
     lease: Option<Arc<ReadLease>>,
     metrics: &SharedMetrics,
 ) -> (Arc<ReadBatcher>, Arc<ReadBatcher>) {
@@ -148,7 +170,23 @@ fn read_batchers(
     let reads = ReadBatcher::new(Arc::new(move || {
         let (raft, forwarder, lease, metrics) = (r.clone(), f.clone(), l.clone(), m.clone());
         Box::pin(async move {
-            match leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await {
+            let first = leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await;
+            let first = match first {
+                // An election: wait for its leader, then ask again (here or there).
+                Err(ProposeError::NotLeader { leader: None }) => {
+                    match settled_leader(&raft, settle).await {
+                        Some(leader) if leader == id => {
+                            leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await
+                        }
+                        Some(leader) => Err(ProposeError::NotLeader {
+                            leader: Some(leader),
+                        }),
+                        None => Err(ProposeError::NoLeader),
+                    }
+                }
+                other => other,
+            };
+            match first {
                 Err(ProposeError::NotLeader {
                     leader: Some(leader),
                 }) if leader != id => forwarder.read_index(leader).await,
@@ -213,7 +251,7 @@ impl NodeCore {
             &raft,
             &forwarder,
             identity.member_id,
-            config.request_timeout,
+            (config.request_timeout, election_wait(&config)),
             lease.clone(),
             &metrics,
         );
@@ -342,6 +380,11 @@ impl NodeCore {
     /// The leader as this node currently sees it.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.metrics().borrow().current_leader
+    }
+
+    /// The leader, waiting through an election if one is on (see [`settled_leader`]).
+    pub async fn settled_leader(&self) -> Option<NodeId> {
+        settled_leader(&self.raft, election_wait(&self.config)).await
     }
 
     pub fn term(&self) -> u64 {
@@ -475,7 +518,7 @@ impl NodeCore {
     pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
         // Forward straight away when another member is known to lead; otherwise let raft
         // decide (it answers NotLeader with the leader it knows of, if any).
-        let result = match self.leader() {
+        let result = match self.settled_leader().await {
             Some(leader) if leader != self.id => Err(ProposeError::NotLeader {
                 leader: Some(leader),
             }),
@@ -853,7 +896,7 @@ impl NodeCore {
     /// Returns whether it took a membership entry (false: the leader had it already).
     pub(crate) async fn publish(&self, client_url: String) -> Result<bool, ProposeError> {
         let name = self.config.name.clone();
-        match self.leader() {
+        match self.settled_leader().await {
             Some(leader) if leader == self.id => {
                 self.publish_local(self.id, name, client_url).await
             }
