@@ -136,11 +136,11 @@ impl AppendFile for File {
 
     /// `fallocate` first, so that a full disk fails here rather than in a record's write;
     /// then zeros written over the new range. A fallocated block is "unwritten" until
-    /// written, and the first write into it changes the extent map, which every
-    /// `fdatasync` covering it must commit through the file system's journal: on ext4
-    /// here that made each record batch's fdatasync about 1.5 times slower (three
-    /// concurrent appenders, 7 KB per sync: p50 250-270 us against 150-170 us into
-    /// zeroed blocks). The zeros reach the disk with the next `sync_data`.
+    /// written, and the first write into it changes the extent map, which the
+    /// `fdatasync` covering it must then commit through the file system's journal; into
+    /// blocks already written, a record batch's fdatasync flushes data alone (figures in
+    /// crates/oncekv-server/benches/README.md). The zeros reach the disk with the next
+    /// `sync_data`.
     fn preallocate(&mut self, len: u64) -> io::Result<()> {
         use rustix::fs::FallocateFlags;
         let from = self.metadata()?.len();

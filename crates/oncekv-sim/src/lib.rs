@@ -34,6 +34,5 @@ pub mod watchers;
 pub mod workload;
 
 /// Whether this build lets turmoil seed tokio's own RNG (`--cfg tokio_unstable`, which
-/// orders `tokio::select!`'s ready branches). Without it seed 155 gave three different
-/// traces in ten runs of the same binary.
+/// orders `tokio::select!`'s ready branches); without it a seed need not replay.
 pub const TOKIO_SEEDED: bool = cfg!(tokio_unstable);
