@@ -354,7 +354,7 @@ async fn send(
     leader: NodeId,
     commands: Vec<Command>,
 ) -> Result<Vec<Result<Response, ProposeError>>, ProposeError> {
-    match forward_rpc(route, leader, &Forwarded::ProposeBatch(commands)).await? {
+    match forward_rpc_once(route, leader, &Forwarded::ProposeBatch(commands)).await? {
         ForwardedReply::Responses(r) => Ok(r),
         other => Err(unexpected(&other)),
     }
@@ -364,9 +364,25 @@ fn unexpected(reply: &ForwardedReply) -> ProposeError {
     ProposeError::Internal(format!("unexpected reply from leader: {reply:?}"))
 }
 
-/// Sends one [`Forwarded`] request to `leader` on a framed peer connection. A
-/// [`ForwardedReply::Error`] comes back as that error.
+/// As [`forward_rpc_once`], with a leader that could not be dialed reported as "no
+/// leader" (the caller does not try another).
 async fn forward_rpc(
+    route: &Route,
+    leader: NodeId,
+    req: &Forwarded,
+) -> Result<ForwardedReply, ProposeError> {
+    forward_rpc_once(route, leader, req)
+        .await
+        .map_err(|e| match e {
+            ProposeError::PeerUnreachable(_) => ProposeError::NoLeader,
+            other => other,
+        })
+}
+
+/// Sends one [`Forwarded`] request to `leader` on a framed peer connection. A
+/// [`ForwardedReply::Error`] comes back as that error; `PeerUnreachable` means no
+/// connection could be made, so the request was not sent and may go to another leader.
+async fn forward_rpc_once(
     route: &Route,
     leader: NodeId,
     req: &Forwarded,
@@ -378,6 +394,7 @@ async fn forward_rpc(
         .call(&url, Method::Forward, &payload, route.timeout)
         .await
         .map_err(|e| match e {
+            CallError::Unreachable(e) => ProposeError::PeerUnreachable(e),
             CallError::Timeout => ProposeError::Timeout,
             CallError::Status(s)
                 if matches!(
@@ -387,7 +404,8 @@ async fn forward_rpc(
             {
                 ProposeError::Timeout
             }
-            // Not reached, refused or cut off: the caller looks for the leader again.
+            // Cut off or refused after the request may have been sent: the caller
+            // looks for the leader again, but the request must not be sent twice.
             _ => ProposeError::NoLeader,
         })?;
     let reply: ForwardedReply = postcard::from_bytes(&reply)

@@ -152,6 +152,13 @@ fn election_wait(config: &NodeConfig) -> Duration {
     Duration::from_millis(config.election_timeout_ms.saturating_mul(2)).min(config.request_timeout)
 }
 
+/// How long a request waits for a leader to replace one that crashed: the others first
+/// wait out its lease (up to an election timeout after its last heartbeat), then one of
+/// them times out (one to two election timeouts, randomized) and wins a vote.
+fn failover_wait(config: &NodeConfig) -> Duration {
+    Duration::from_millis(config.election_timeout_ms.saturating_mul(4)).min(config.request_timeout)
+}
+
 /// The two read batchers of member `id`: any read here, and followers' reads here.
 fn read_batchers(
     raft: &Raft,
@@ -528,9 +535,19 @@ impl NodeCore {
             Err(ProposeError::NotLeader {
                 leader: Some(leader),
             }) if leader != self.id => {
-                self.forwarder
-                    .forward(leader, command, self.config.request_timeout)
-                    .await
+                let sent = self
+                    .forwarder
+                    .forward(leader, command.clone(), self.config.request_timeout)
+                    .await;
+                match sent {
+                    // The leader could not be dialed, so the command was not sent: a
+                    // leader that crashed is still the one this member knows until the
+                    // others elect a new one, so wait for that and send it there once.
+                    Err(ProposeError::PeerUnreachable(_)) => {
+                        self.propose_after(leader, command).await
+                    }
+                    other => other,
+                }
             }
             Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
             other => other,
@@ -539,6 +556,36 @@ impl NodeCore {
             self.metrics.proposal_failed();
         }
         result
+    }
+
+    /// Proposes `command` through whichever member leads after `gone`, waiting up to
+    /// [`failover_wait`] for one; "no leader" if none does by then.
+    async fn propose_after(
+        &self,
+        gone: NodeId,
+        command: Command,
+    ) -> Result<Response, ProposeError> {
+        let mut metrics = self.raft.metrics();
+        let next = metrics.wait_for(|m| m.current_leader.is_some_and(|l| l != gone));
+        let leader = match tokio::time::timeout(failover_wait(&self.config), next).await {
+            Ok(Ok(m)) => m.current_leader,
+            _ => None,
+        };
+        let result = match leader {
+            Some(leader) if leader == self.id => self.propose_local(command).await,
+            Some(leader) => {
+                self.forwarder
+                    .forward(leader, command, self.config.request_timeout)
+                    .await
+            }
+            None => Err(ProposeError::NoLeader),
+        };
+        result.map_err(|e| match e {
+            ProposeError::PeerUnreachable(_) | ProposeError::NotLeader { .. } => {
+                ProposeError::NoLeader
+            }
+            other => other,
+        })
     }
 
     /// Proposes only on this node (a forwarded request must not be forwarded again).

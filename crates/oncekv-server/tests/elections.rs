@@ -42,3 +42,37 @@ async fn a_member_without_a_majority_waits_for_an_election_then_says_no_leader()
         "held for {waited:?}: a client cut off from the majority should hear sooner"
     );
 }
+
+// A follower still names a leader that just went down until the others elect a new one;
+// a write it cannot forward (no connection to the old leader could be made, so the write
+// was not sent) goes to the new leader instead of failing with "no leader".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_sent_as_the_leader_goes_down_goes_to_the_next_leader() {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let follower = (leader + 1) % 3;
+    let mut kv = KvClient::connect(cluster.endpoint(follower)).await.unwrap();
+    put(&mut kv, "before", "v").await.unwrap();
+    let leader_id = cluster.node(leader).core.id();
+    cluster.stop(leader).await;
+    assert_eq!(
+        cluster.node(follower).core.leader(),
+        Some(leader_id),
+        "the follower should still name the stopped leader (no election yet)"
+    );
+
+    // If the follower still held a connection to the old leader, the first write may have
+    // gone out on it before it broke: that one is answered "no leader" (it may have been
+    // sent, so it is not sent again). The next finds no connection to make, so it must
+    // wait for the new leader and succeed (without the wait it fails at once, as the
+    // election takes longer than an election timeout).
+    let sent = Instant::now();
+    let mut revision = put(&mut kv, "after", "v").await;
+    if let Err(e) = &revision {
+        assert!(e.message().contains("no leader"), "{e:?}");
+        revision = put(&mut kv, "after", "v").await;
+    }
+    assert!(revision.is_ok(), "{revision:?} after {:?}", sent.elapsed());
+    let value = common::get(&mut kv, "after").await.unwrap();
+    assert_eq!(value.map(|(v, _)| v).as_deref(), Some("v"));
+}
