@@ -136,11 +136,19 @@ async fn leader_read_index(
 /// retry that); the limit keeps a member cut off from the majority answering "no leader"
 /// soon enough for a client to try another.
 pub(crate) async fn settled_leader(raft: &Raft, limit: Duration) -> Option<NodeId> {
+    leader_other_than(raft, limit, None).await
+}
+
+/// The leader `raft` knows, if it is not `gone`; else waits up to `limit` for one that is
+/// not.
+async fn leader_other_than(raft: &Raft, limit: Duration, gone: Option<NodeId>) -> Option<NodeId> {
     let mut metrics = raft.metrics();
-    if let Some(leader) = metrics.borrow().current_leader {
-        return Some(leader);
+    let wanted = |leader: Option<NodeId>| leader.is_some_and(|l| Some(l) != gone);
+    let now = metrics.borrow().current_leader;
+    if wanted(now) {
+        return now;
     }
-    let known = metrics.wait_for(|m| m.current_leader.is_some());
+    let known = metrics.wait_for(|m| wanted(m.current_leader));
     match tokio::time::timeout(limit, known).await {
         Ok(Ok(m)) => m.current_leader,
         _ => None,
@@ -565,12 +573,7 @@ impl NodeCore {
         gone: NodeId,
         command: Command,
     ) -> Result<Response, ProposeError> {
-        let mut metrics = self.raft.metrics();
-        let next = metrics.wait_for(|m| m.current_leader.is_some_and(|l| l != gone));
-        let leader = match tokio::time::timeout(failover_wait(&self.config), next).await {
-            Ok(Ok(m)) => m.current_leader,
-            _ => None,
-        };
+        let leader = leader_other_than(&self.raft, failover_wait(&self.config), Some(gone)).await;
         let result = match leader {
             Some(leader) if leader == self.id => self.propose_local(command).await,
             Some(leader) => {
