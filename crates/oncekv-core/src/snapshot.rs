@@ -24,6 +24,10 @@ use crate::state_machine::StateMachine;
 const MAGIC: &[u8; 4] = b"OKV5";
 const MAGIC_V4: &[u8; 4] = b"OKV4";
 const MAGIC_V3: &[u8; 4] = b"OKV3";
+/// A version 5 image whose key space and history were left out because they are kept
+/// elsewhere (in a copy's etcd `key` bucket, see [`StateMachine::snapshot_without_keys`]).
+/// Its own magic, so that it can never be restored as a whole state with no keys.
+const MAGIC_KEYLESS: &[u8; 4] = b"OKK5";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -109,19 +113,36 @@ impl StateMachine {
     /// their saved responses and registration nonces, settings, applied index, cluster
     /// time).
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        self.encode(true)
+    }
+
+    /// [`snapshot`](Self::snapshot) without the key space and its history (their
+    /// revision and compaction point stay, as a check): the part of the state an etcd
+    /// database has no place for, to go beside one that holds the rest. Only
+    /// [`restore_without_keys`](Self::restore_without_keys) reads it back.
+    pub fn snapshot_without_keys(&self) -> Result<Vec<u8>, SnapshotError> {
+        self.encode(false)
+    }
+
+    fn encode(&self, with_keys: bool) -> Result<Vec<u8>, SnapshotError> {
+        let (kvs, history, magic) = if with_keys {
+            (self.kv.iter().collect(), self.kv.history().changes(), MAGIC)
+        } else {
+            (Vec::new(), &[][..], MAGIC_KEYLESS)
+        };
         let image = ImageRef {
             settings: self.settings,
             applied_index: self.applied_index,
             cluster_time: self.cluster_time,
             revision: self.kv.revision(),
-            kvs: self.kv.iter().collect(),
+            kvs,
             compacted: self.kv.compacted_revision(),
-            history: self.kv.history().changes(),
+            history,
             leases: self.leases.iter().collect(),
             sessions: self.sessions.sorted(),
             nonces: self.sessions.sorted_nonces(),
         };
-        let out = postcard::to_extend(&image, MAGIC.to_vec())?;
+        let out = postcard::to_extend(&image, magic.to_vec())?;
         let alarms: Vec<(u64, AlarmKind)> = self.alarms.iter().copied().collect();
         let out = postcard::to_extend(&alarms, out)?;
         let owners: Vec<(&u64, &String)> = self.owners.iter().collect();
@@ -131,7 +152,12 @@ impl StateMachine {
     /// Decodes a [`snapshot`](Self::snapshot). Fails, changing nothing, on bytes that are
     /// not a valid image.
     pub fn restore(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
-        let (image, alarms, (auth, owners)) = if let Some(body) = bytes.strip_prefix(MAGIC) {
+        if bytes.starts_with(MAGIC_KEYLESS) {
+            return Err(SnapshotError::Invalid(
+                "an image without its key space (from a copy): it is read with the copy's etcd key bucket".into(),
+            ));
+        }
+        let (mut image, alarms, (auth, owners)) = if let Some(body) = bytes.strip_prefix(MAGIC) {
             let (image, rest): (Image, _) = postcard::take_from_bytes(body)?;
             let (alarms, rest): (Vec<(u64, AlarmKind)>, _) = postcard::take_from_bytes(rest)?;
             let auth: (AuthStore, Vec<(u64, String)>) = postcard::from_bytes(rest)?;
@@ -145,8 +171,47 @@ impl StateMachine {
         } else {
             return Err(SnapshotError::BadMagic);
         };
+        let kv = KvStore::from_parts(
+            image.revision,
+            std::mem::take(&mut image.kvs),
+            image.compacted,
+            std::mem::take(&mut image.history),
+        );
+        Self::assemble(image, kv, alarms, auth, owners)
+    }
+
+    /// Decodes a [`snapshot_without_keys`](Self::snapshot_without_keys) with `kv` (the
+    /// key space and history kept beside it) as its key space. Refused if `kv` is not at
+    /// the image's revision and compaction point, or the whole is not a consistent state
+    /// (a key's lease missing, ...).
+    pub fn restore_without_keys(bytes: &[u8], kv: KvStore) -> Result<StateMachine, SnapshotError> {
+        let body = bytes
+            .strip_prefix(MAGIC_KEYLESS)
+            .ok_or(SnapshotError::BadMagic)?;
+        let (image, rest): (Image, _) = postcard::take_from_bytes(body)?;
+        let (alarms, rest): (Vec<(u64, AlarmKind)>, _) = postcard::take_from_bytes(rest)?;
+        let (auth, owners): (AuthStore, Vec<(u64, String)>) = postcard::from_bytes(rest)?;
+        if (image.revision, image.compacted) != (kv.revision(), kv.compacted_revision()) {
+            return Err(SnapshotError::Invalid(format!(
+                "the key space is at revision {} (compacted at {}), the rest of the state at {} (compacted at {})",
+                kv.revision(),
+                kv.compacted_revision(),
+                image.revision,
+                image.compacted
+            )));
+        }
+        Self::assemble(image, kv, alarms, auth, owners)
+    }
+
+    fn assemble(
+        image: Image,
+        kv: KvStore,
+        alarms: Vec<(u64, AlarmKind)>,
+        auth: AuthStore,
+        owners: Vec<(u64, String)>,
+    ) -> Result<StateMachine, SnapshotError> {
         let sm = StateMachine {
-            kv: KvStore::from_parts(image.revision, image.kvs, image.compacted, image.history),
+            kv,
             leases: LeaseTable::from_leases(image.leases),
             sessions: SessionTable::from_sessions(image.sessions, image.nonces)
                 .map_err(SnapshotError::Invalid)?,

@@ -424,6 +424,12 @@ impl StateMachine {
         &self.kv
     }
 
+    /// The key space with its history, the rest of the state dropped (see
+    /// [`restore_without_keys`](Self::restore_without_keys)).
+    pub fn into_kv(self) -> KvStore {
+        self.kv
+    }
+
     pub fn leases(&self) -> &LeaseTable {
         &self.leases
     }

@@ -135,6 +135,31 @@ fn restore_then_snapshot_gives_the_same_bytes() {
     }
 }
 
+/// The image without keys (what a copy keeps beside etcd's key bucket) with the key space
+/// put back is the whole state again, to the byte; on its own it is never taken for a
+/// state with no keys, and a key space from another revision is refused.
+#[test]
+fn an_image_without_keys_restores_only_with_its_key_space() {
+    let sm = varied_state();
+    let keyless = sm.snapshot_without_keys().expect("encodes");
+    let whole = sm.snapshot().expect("encodes");
+    assert!(keyless.len() < whole.len());
+    let err = StateMachine::restore(&keyless).expect_err("refused alone");
+    assert!(err.to_string().contains("without its key space"), "{err}");
+    assert!(StateMachine::restore_without_keys(&whole, sm.kv().clone()).is_err());
+
+    let back = StateMachine::restore_without_keys(&keyless, sm.kv().clone()).expect("decodes");
+    assert_eq!(back.snapshot().expect("encodes"), whole);
+
+    let mut later = Log::new();
+    later.sm = StateMachine::restore(&whole).expect("decodes");
+    later.index = sm.applied_index();
+    later.apply(vec![Command::Untracked(Op::put("z", "after the copy"))]);
+    let err = StateMachine::restore_without_keys(&keyless, later.sm.into_kv())
+        .expect_err("a key space of another revision");
+    assert!(err.to_string().contains("revision"), "{err}");
+}
+
 /// Dedup and idempotent registration must survive compaction and failover: a replica
 /// restored from a snapshot answers a retried registration with the same session, refuses
 /// a reused seq and absorbs a true duplicate exactly as the original does.

@@ -14,12 +14,15 @@
 //!   name. `alarm`: a marshalled `AlarmMember` per raised alarm, valued empty. `members`:
 //!   each member's JSON by hex id. `cluster`: `clusterVersion`.
 //!
-//! An oncekv copy adds an `oncekv` bucket holding oncekv's own snapshot file (sessions and
-//! their saved replies included, which etcd has no place for), cut into chunks, and a
-//! checksum of the etcd buckets it was written beside. Opening a copy uses that exact
-//! image when the etcd buckets are still the ones it was written with; when they are not
-//! (the copy went through etcd, which wrote to it), the etcd buckets are what is current,
-//! and the state is built from them, without sessions.
+//! An oncekv copy adds an `oncekv` bucket holding what etcd has no place for: oncekv's own
+//! snapshot file without the key space and its history (those are in `key`), so sessions
+//! and their saved replies, the leases' exact state, settings; cut into chunks, with a
+//! checksum of the etcd buckets it was written beside. Opening a copy whose etcd buckets
+//! are still the ones it was written with takes the key space from `key` and the rest
+//! from that image, which gives back the state exactly; when they are not (the copy went
+//! through etcd, which wrote to it), the etcd buckets are what is current, and the state
+//! is built from them alone, without sessions. Copies written before the key space was
+//! left to `key` hold the whole snapshot file, under other keys, and open as before.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -51,7 +54,10 @@ const ONCEKV: &[u8] = b"oncekv";
 /// image is current only while these are as written.
 const VIEW: [&[u8]; 6] = [ALARM, AUTH, AUTH_ROLES, AUTH_USERS, KEY, LEASE];
 const VIEW_SUM: &[u8] = b"etcd-view-crc32";
+/// Chunks of a whole snapshot file (copies written before [`STATE_PREFIX`]).
 const IMAGE_PREFIX: &[u8] = b"image/";
+/// Chunks of a snapshot file without the key space.
+const STATE_PREFIX: &[u8] = b"state/";
 /// Chunks of the image, so that no value needs one huge run of pages.
 const CHUNK: usize = 1 << 20;
 
@@ -309,7 +315,8 @@ impl<W: std::io::Write + std::io::Seek> Sink for DbWriter<W> {
 }
 
 /// The buckets of an etcd 3.4 database holding `sm`, with `members` as the membership, and
-/// `image` (oncekv's snapshot file of the same state) in the `oncekv` bucket.
+/// `image` (oncekv's snapshot file of the same state, without the key space: see
+/// [`StateMachine::snapshot_without_keys`]) in the `oncekv` bucket.
 #[cfg(test)]
 pub fn export(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8]) -> Buckets {
     let mut b = Buckets::new();
@@ -466,10 +473,10 @@ fn export_to(
     }
     sink.bucket(META, &mut meta.into_iter())?;
 
-    // "etcd-view-crc32" sorts before "image/...".
+    // "etcd-view-crc32" sorts before "state/...".
     let ours = std::iter::once((VIEW_SUM.to_vec(), view_crc.to_be_bytes().to_vec())).chain(
         image.chunks(CHUNK).enumerate().map(|(i, chunk)| {
-            let mut k = IMAGE_PREFIX.to_vec();
+            let mut k = STATE_PREFIX.to_vec();
             k.extend_from_slice(&(i as u64).to_be_bytes());
             (k, chunk.to_vec())
         }),
@@ -480,8 +487,16 @@ fn export_to(
 /// What a database holds, as oncekv takes it.
 #[derive(Debug)]
 pub enum Contents {
-    /// An oncekv copy whose etcd buckets are as written: oncekv's own snapshot file.
-    Oncekv(Vec<u8>),
+    /// An oncekv copy whose etcd buckets are as written: oncekv's snapshot file without
+    /// the key space (`image`), and the state built from the etcd buckets, whose key space
+    /// and history complete it ([`StateMachine::restore_without_keys`]).
+    Oncekv {
+        image: Vec<u8>,
+        keys: Box<StateMachine>,
+    },
+    /// An oncekv copy from before the key space was left to the `key` bucket, its etcd
+    /// buckets as written: oncekv's whole snapshot file.
+    OncekvWhole(Vec<u8>),
     /// A state built from the etcd buckets.
     Etcd(Box<StateMachine>, ImportNotes),
 }
@@ -506,13 +521,24 @@ pub fn open(buckets: &Buckets, now_ms: u64, token_key: [u8; 32]) -> Result<Conte
             .find(|(k, _)| k == VIEW_SUM)
             .map(|(_, v)| v.as_slice());
         if recorded == Some(&view_sum(buckets).to_be_bytes()[..]) {
-            let mut image = Vec::new();
-            for (k, v) in ours {
-                if k.starts_with(IMAGE_PREFIX) {
-                    image.extend_from_slice(v);
+            let chunks = |prefix: &[u8]| {
+                let mut image = Vec::new();
+                for (k, v) in ours {
+                    if k.starts_with(prefix) {
+                        image.extend_from_slice(v);
+                    }
                 }
+                image
+            };
+            let whole = chunks(IMAGE_PREFIX);
+            if !whole.is_empty() {
+                return Ok(Contents::OncekvWhole(whole));
             }
-            return Ok(Contents::Oncekv(image));
+            let (keys, _) = import(buckets, now_ms, token_key)?;
+            return Ok(Contents::Oncekv {
+                image: chunks(STATE_PREFIX),
+                keys: Box::new(keys),
+            });
         }
     }
     let (sm, mut notes) = import(buckets, now_ms, token_key)?;
@@ -837,7 +863,7 @@ mod tests {
     fn etcds_buckets_hold_the_same_state() {
         let sm = varied();
         assert_eq!(sm.compacted_revision(), 7);
-        let image = sm.snapshot().unwrap();
+        let image = sm.snapshot_without_keys().unwrap();
         let mut buckets = export(&sm, &BTreeMap::new(), &image);
         // The transaction's three puts share one revision with subs 0, 1, 2.
         let txn_rev = sm.kv().get(b"t1").unwrap().mod_revision;
@@ -920,10 +946,15 @@ mod tests {
     fn the_oncekv_image_is_used_only_while_etcds_buckets_are_as_written() {
         let sm = varied();
         assert_eq!(sm.sessions().len(), 1);
-        let image = sm.snapshot().unwrap();
+        let image = sm.snapshot_without_keys().unwrap();
         let mut buckets = export(&sm, &BTreeMap::new(), &image);
         match open(&buckets, 0, [0; 32]).unwrap() {
-            Contents::Oncekv(got) => assert_eq!(got, image),
+            Contents::Oncekv { image: got, keys } => {
+                assert_eq!(got, image);
+                // The two together are the state, to the byte, sessions included.
+                let back = StateMachine::restore_without_keys(&got, keys.into_kv()).unwrap();
+                assert_eq!(back.snapshot().unwrap(), sm.snapshot().unwrap());
+            }
             other => panic!("{other:?}"),
         }
         // etcd has since written a revision: its buckets are current, the image is not.
@@ -944,6 +975,55 @@ mod tests {
                 assert_eq!(sm2.revision(), next);
                 assert!(sm2.kv().get(b"written-by-etcd").is_some());
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The key space is in the copy once: the `oncekv` bucket holds a small part of what
+    /// the `key` bucket does.
+    #[test]
+    fn a_copy_holds_the_key_space_once() {
+        let mut log = Log {
+            sm: StateMachine::new(Settings::default()),
+            index: 0,
+        };
+        let value = "v".repeat(1_000);
+        for i in 0..500 {
+            log.op(Op::put(format!("key-{i:04}"), value.clone()));
+        }
+        let sm = log.sm;
+        let buckets = export(&sm, &BTreeMap::new(), &sm.snapshot_without_keys().unwrap());
+        let bytes = |name: &[u8]| -> usize {
+            bucket(&buckets, name)
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum()
+        };
+        assert!(bytes(KEY) > 500_000, "{}", bytes(KEY));
+        assert!(
+            bytes(ONCEKV) * 50 < bytes(KEY),
+            "oncekv {} bytes, key {}",
+            bytes(ONCEKV),
+            bytes(KEY)
+        );
+    }
+
+    /// A copy written before the key space was left to the `key` bucket (the whole
+    /// snapshot file under `image/`) still opens as that whole file.
+    #[test]
+    fn an_earlier_copy_with_the_whole_image_opens() {
+        let sm = varied();
+        let whole = sm.snapshot().unwrap();
+        let mut buckets = export(&sm, &BTreeMap::new(), &[]);
+        let ours = buckets.get_mut(ONCEKV).unwrap();
+        ours.retain(|(k, _)| k == VIEW_SUM);
+        for (i, chunk) in whole.chunks(100).enumerate() {
+            let mut k = IMAGE_PREFIX.to_vec();
+            k.extend_from_slice(&(i as u64).to_be_bytes());
+            ours.push((k, chunk.to_vec()));
+        }
+        match open(&buckets, 0, [0; 32]).unwrap() {
+            Contents::OncekvWhole(got) => assert_eq!(got, whole),
             other => panic!("{other:?}"),
         }
     }

@@ -14,8 +14,9 @@
 //! [`etcd_db`] for what is in it) followed by the SHA-256 of the file. So etcdctl and
 //! etcdutl read an oncekv copy (`snapshot status`, and `snapshot restore` into an etcd
 //! cluster), and `oncekv snapshot restore` reads etcd's: the way from etcd to oncekv and
-//! back. An oncekv copy also carries oncekv's own snapshot file, sessions included, and
-//! restores from it exactly. Copies in oncekv's earlier format (its snapshot file, padded,
+//! back. An oncekv copy also carries the part of oncekv's state etcd's buckets have no
+//! place for (sessions with their saved replies, among others), and restores exactly
+//! from the two together. Copies in oncekv's earlier format (its snapshot file, padded,
 //! its length and a SHA-256) and plain snapshot files (`state/snapshot.bin`) are read too.
 //! A damaged copy is refused, not restored.
 
@@ -120,6 +121,10 @@ pub fn current(applied: &Applied, dir: &Path) -> Result<(std::fs::File, u64), St
     // raft snapshot). The etcd view is built from a decoded copy of the image, outside.
     drop(inner);
     let copy = StateMachine::restore(&data).map_err(|e| format!("invalid state: {e}"))?;
+    drop(data);
+    // The key space goes into etcd's `key` bucket only: the copy is about the size of
+    // etcd's, not twice it.
+    let data = copy.snapshot_without_keys().map_err(|e| e.to_string())?;
     let image = encode_snapshot_file(&SnapshotFile { meta, data })?;
     let io = |e: std::io::Error| format!("writing the copy in {}: {e}", dir.display());
     let file = tempfile::tempfile_in(dir).map_err(io)?;
@@ -178,7 +183,7 @@ pub struct OpenOptions {
 /// A copy, opened: its snapshot file (for an oncekv image), the state, what it says of
 /// itself.
 struct Opened {
-    /// The oncekv snapshot file, when the state is oncekv's own image.
+    /// The oncekv snapshot file, when the copy holds the whole state as one.
     file: Option<SnapshotFile>,
     sm: StateMachine,
     summary: Summary,
@@ -269,11 +274,17 @@ fn open(bytes: &[u8], opts: OpenOptions) -> Result<Opened, String> {
         // Imported auth needs a key to sign tokens with; a fresh one, as `auth enable`
         // draws.
         let token_key: [u8; 32] = rand::random();
+        let invalid = |e: oncekv_core::SnapshotError| format!("invalid state: {e}");
         let (file, sm, origin) = match etcd_db::open(&buckets, opts.now_ms, token_key)? {
-            etcd_db::Contents::Oncekv(image) => {
+            etcd_db::Contents::Oncekv { image, keys } => {
                 let file = decode_snapshot_file(&image)?;
-                let sm =
-                    StateMachine::restore(&file.data).map_err(|e| format!("invalid state: {e}"))?;
+                let sm = StateMachine::restore_without_keys(&file.data, keys.into_kv())
+                    .map_err(invalid)?;
+                (None, sm, Origin::Oncekv)
+            }
+            etcd_db::Contents::OncekvWhole(image) => {
+                let file = decode_snapshot_file(&image)?;
+                let sm = StateMachine::restore(&file.data).map_err(invalid)?;
                 (Some(file), sm, Origin::Oncekv)
             }
             etcd_db::Contents::Etcd(sm, notes) => (None, *sm, Origin::Etcd(notes)),
@@ -348,7 +359,8 @@ pub fn restore(
         _ => {}
     }
     let Opened { file, sm, summary } = open(bytes, opts)?;
-    // An imported state has no oncekv image yet: it becomes one here.
+    // A state not read from one whole snapshot file (an etcd database's, or a copy that
+    // keeps its key space in etcd's `key` bucket) becomes one here.
     let data = match file {
         Some(file) => file.data,
         None => sm.snapshot().map_err(|e| e.to_string())?,
