@@ -3,9 +3,10 @@
 //!
 //! The mapping is grpc-gateway's as etcd configures it: proto field names (`range_end`,
 //! `create_revision`), bytes as base64, 64-bit integers as strings (numbers are taken
-//! too), fields with zero values left out, enums by name or number. A watch is a POST
-//! whose response is a stream of `{"result": ...}` objects, one per line. Errors come as
-//! `{"error", "message", "code"}` with the HTTP status grpc-gateway gives the gRPC code.
+//! too), fields with zero values left out, enums by name or number. A watch, a lease
+//! keep-alive and a snapshot are POSTs whose response is a stream of `{"result": ...}`
+//! objects, one per line. Errors come as `{"error", "message", "code"}` with the HTTP
+//! status etcd 3.4's grpc-gateway gives the gRPC code.
 //!
 //! Every request runs through the same service code as its gRPC twin. The oncekv session
 //! headers (`oncekv-client-id`, `oncekv-session-secret`, `oncekv-seq`,
@@ -19,15 +20,17 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tonic::Status;
 
 use crate::etcd::{AuthService, ClusterService, KvService, LeaseService, MaintenanceService};
+use crate::pb::authpb;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::auth_server::Auth;
 use crate::pb::etcdserverpb::cluster_server::Cluster;
@@ -43,28 +46,61 @@ struct Gateway {
     stop: watch::Receiver<bool>,
 }
 
-/// The gateway's routes (etcd 3.4 serves the same under `/v3beta` and `/v3alpha`; oncekv
-/// serves `/v3`).
+/// The gateway's routes: every v3 RPC at its path in etcd's `rpc.proto`, under `/v3` and
+/// again under `/v3beta`, as etcd 3.4 serves them (it answers 404 under `/v3alpha`).
 pub fn routes(core: Arc<NodeCore>, stop: watch::Receiver<bool>) -> Router {
-    Router::new()
-        .route("/v3/kv/range", post(range))
-        .route("/v3/kv/put", post(put))
-        .route("/v3/kv/deleterange", post(delete_range))
-        .route("/v3/kv/txn", post(txn))
-        .route("/v3/kv/compaction", post(compaction))
-        .route("/v3/lease/grant", post(lease_grant))
-        .route("/v3/lease/revoke", post(lease_revoke))
-        .route("/v3/kv/lease/revoke", post(lease_revoke))
-        .route("/v3/lease/timetolive", post(lease_time_to_live))
-        .route("/v3/kv/lease/timetolive", post(lease_time_to_live))
-        .route("/v3/lease/leases", post(lease_leases))
-        .route("/v3/kv/lease/leases", post(lease_leases))
-        .route("/v3/watch", post(watch))
-        .route("/v3/maintenance/status", post(status))
-        .route("/v3/cluster/member/list", post(member_list))
-        .route("/v3/auth/authenticate", post(authenticate))
-        .route("/v3/auth/status", post(auth_status))
-        .with_state(Gateway { core, stop })
+    let rpcs: Vec<(&str, MethodRouter<Gateway>)> = vec![
+        ("kv/range", post(range)),
+        ("kv/put", post(put)),
+        ("kv/deleterange", post(delete_range)),
+        ("kv/txn", post(txn)),
+        ("kv/compaction", post(compaction)),
+        ("watch", post(watch)),
+        ("lease/grant", post(lease_grant)),
+        ("lease/revoke", post(lease_revoke)),
+        ("kv/lease/revoke", post(lease_revoke)),
+        ("lease/keepalive", post(lease_keep_alive)),
+        ("lease/timetolive", post(lease_time_to_live)),
+        ("kv/lease/timetolive", post(lease_time_to_live)),
+        ("lease/leases", post(lease_leases)),
+        ("kv/lease/leases", post(lease_leases)),
+        ("cluster/member/add", post(member_add)),
+        ("cluster/member/remove", post(member_remove)),
+        ("cluster/member/update", post(member_update)),
+        ("cluster/member/list", post(member_list)),
+        ("cluster/member/promote", post(member_promote)),
+        ("maintenance/alarm", post(alarm)),
+        ("maintenance/status", post(status)),
+        ("maintenance/defragment", post(defragment)),
+        ("maintenance/hash", post(hash)),
+        ("maintenance/hashkv", post(hash_kv)),
+        ("maintenance/snapshot", post(snapshot)),
+        ("maintenance/transfer-leadership", post(move_leader)),
+        ("auth/enable", post(auth_enable)),
+        ("auth/disable", post(auth_disable)),
+        ("auth/status", post(auth_status)),
+        ("auth/authenticate", post(authenticate)),
+        ("auth/user/add", post(user_add)),
+        ("auth/user/get", post(user_get)),
+        ("auth/user/list", post(user_list)),
+        ("auth/user/delete", post(user_delete)),
+        ("auth/user/changepw", post(user_change_password)),
+        ("auth/user/grant", post(user_grant_role)),
+        ("auth/user/revoke", post(user_revoke_role)),
+        ("auth/role/add", post(role_add)),
+        ("auth/role/get", post(role_get)),
+        ("auth/role/list", post(role_list)),
+        ("auth/role/delete", post(role_delete)),
+        ("auth/role/grant", post(role_grant_permission)),
+        ("auth/role/revoke", post(role_revoke_permission)),
+    ];
+    let mut router = Router::new();
+    for (path, handler) in rpcs {
+        router = router
+            .route(&format!("/v3/{path}"), handler.clone())
+            .route(&format!("/v3beta/{path}"), handler);
+    }
+    router.with_state(Gateway { core, stop })
 }
 
 /// The session headers a gateway request may carry, passed on as gRPC metadata.
@@ -102,7 +138,9 @@ fn http_status(code: tonic::Code) -> StatusCode {
     use tonic::Code as C;
     match code {
         C::Ok => StatusCode::OK,
-        C::InvalidArgument | C::FailedPrecondition | C::OutOfRange => StatusCode::BAD_REQUEST,
+        C::InvalidArgument | C::OutOfRange => StatusCode::BAD_REQUEST,
+        // grpc-gateway v1's mapping, which etcd 3.4 uses (v2 changed it to 400).
+        C::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
         C::NotFound => StatusCode::NOT_FOUND,
         C::AlreadyExists | C::Aborted => StatusCode::CONFLICT,
         C::PermissionDenied => StatusCode::FORBIDDEN,
@@ -141,12 +179,24 @@ fn answer(result: Result<Value, Status>) -> Response {
     }
 }
 
+/// The request body: a JSON object (an empty body is `{}`).
 fn parse(body: &Bytes) -> Result<Value, Status> {
     if body.is_empty() {
         return Ok(Value::Object(Map::new()));
     }
     serde_json::from_slice(body)
         .map_err(|e| Status::invalid_argument(format!("invalid JSON body: {e}")))
+        .and_then(object)
+}
+
+fn object(v: Value) -> Result<Value, Status> {
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err(Status::invalid_argument(format!(
+            "invalid JSON body: expected an object, got {v}"
+        )))
+    }
 }
 
 // --- reading requests ---------------------------------------------------------------
@@ -179,6 +229,49 @@ fn int_of(v: &Value, name: &str) -> Result<i64, Status> {
     }
 }
 
+fn uint_of(v: &Value, name: &str) -> Result<u64, Status> {
+    match v.get(name) {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| {
+            Status::invalid_argument(format!("{name}: not an unsigned 64-bit integer"))
+        }),
+        Some(Value::String(s)) => s.parse().map_err(|_| {
+            Status::invalid_argument(format!("{name}: not an unsigned integer: {s:?}"))
+        }),
+        Some(other) => Err(Status::invalid_argument(format!(
+            "{name}: expected an integer, got {other}"
+        ))),
+    }
+}
+
+fn text_of(v: &Value, name: &str) -> Result<String, Status> {
+    match v.get(name) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(Status::invalid_argument(format!(
+            "{name}: expected a string, got {other}"
+        ))),
+    }
+}
+
+fn texts_of(v: &Value, name: &str) -> Result<Vec<String>, Status> {
+    match v.get(name) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(Status::invalid_argument(format!(
+                    "{name}: expected strings, got {other}"
+                ))),
+            })
+            .collect(),
+        Some(other) => Err(Status::invalid_argument(format!(
+            "{name}: expected a list of strings, got {other}"
+        ))),
+    }
+}
+
 fn bool_of(v: &Value, name: &str) -> bool {
     matches!(v.get(name), Some(Value::Bool(true)))
 }
@@ -198,6 +291,10 @@ fn enum_of(v: &Value, name: &str, names: &[&str]) -> Result<i32, Status> {
         ))),
     }
 }
+
+const PERM_TYPES: &[&str] = &["READ", "WRITE", "READWRITE"];
+const ALARM_ACTIONS: &[&str] = &["GET", "ACTIVATE", "DEACTIVATE"];
+const ALARM_TYPES: &[&str] = &["NONE", "NOSPACE", "CORRUPT"];
 
 fn range_req(v: &Value) -> Result<pb::RangeRequest, Status> {
     Ok(pb::RangeRequest {
@@ -325,6 +422,26 @@ impl Obj {
         self
     }
 
+    /// A `uint32`: a JSON number.
+    fn uint32(mut self, name: &str, n: u32) -> Self {
+        if n != 0 {
+            self.0.insert(name.into(), Value::from(n));
+        }
+        self
+    }
+
+    /// An enum: its name from `names` (index = value), or its number if unnamed.
+    fn enumerated(mut self, name: &str, n: i32, names: &[&str]) -> Self {
+        if n != 0 {
+            let v = usize::try_from(n)
+                .ok()
+                .and_then(|i| names.get(i))
+                .map_or_else(|| Value::from(n), |s| Value::from(*s));
+            self.0.insert(name.into(), v);
+        }
+        self
+    }
+
     fn bytes(mut self, name: &str, b: &[u8]) -> Self {
         if !b.is_empty() {
             self.0.insert(name.into(), Value::String(B64.encode(b)));
@@ -374,6 +491,41 @@ fn header(h: &Option<pb::ResponseHeader>) -> Option<Value> {
             .uint("raft_term", h.raft_term)
             .done()
     })
+}
+
+/// A response that is only a header.
+fn header_only(h: &Option<pb::ResponseHeader>) -> Value {
+    Obj::default().value("header", header(h)).done()
+}
+
+fn texts(items: &[String]) -> Vec<Value> {
+    items.iter().map(|s| json!(s)).collect()
+}
+
+fn member(m: &pb::Member) -> Value {
+    Obj::default()
+        .uint("ID", m.id)
+        .text("name", &m.name)
+        .list("peerURLs", texts(&m.peer_ur_ls))
+        .list("clientURLs", texts(&m.client_ur_ls))
+        .flag("isLearner", m.is_learner)
+        .done()
+}
+
+/// A member-change response: `{"header", "members"}`.
+fn members(h: &Option<pb::ResponseHeader>, members: &[pb::Member]) -> Value {
+    Obj::default()
+        .value("header", header(h))
+        .list("members", members.iter().map(member).collect())
+        .done()
+}
+
+fn permission(p: &authpb::Permission) -> Value {
+    Obj::default()
+        .enumerated("permType", p.perm_type, PERM_TYPES)
+        .bytes("key", &p.key)
+        .bytes("range_end", &p.range_end)
+        .done()
 }
 
 fn kv(kv: &mvccpb::KeyValue) -> Value {
@@ -461,274 +613,227 @@ fn watch_resp(r: &pb::WatchResponse) -> Value {
 
 // --- handlers -----------------------------------------------------------------------
 
-async fn range(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let kv = KvService { node: g.core };
+/// One unary RPC: the body read by `build`, the request (the headers passed on as
+/// metadata) run through the service's gRPC code by `call`, the answer written by `write`.
+async fn unary<Req, Resp, Fut>(
+    headers: &HeaderMap,
+    body: &Bytes,
+    build: impl FnOnce(&Value) -> Result<Req, Status>,
+    call: impl FnOnce(tonic::Request<Req>) -> Fut,
+    write: impl FnOnce(&Resp) -> Value,
+) -> Response
+where
+    Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
+{
     answer(
         async {
-            let req = range_req(&parse(&body)?)?;
-            let r = kv.range(request(&headers, req)).await?.into_inner();
-            Ok(range_resp(&r))
+            let req = build(&parse(body)?)?;
+            let resp = call(request(headers, req)).await?.into_inner();
+            Ok(write(&resp))
         }
         .await,
     )
+}
+
+/// The request of an RPC whose request has no fields (the body must still be an object).
+fn empty<T: Default>(_: &Value) -> Result<T, Status> {
+    Ok(T::default())
+}
+
+/// A streaming answer: each response as a `{"result": ...}` line, a failure as
+/// grpc-gateway's `{"error": ...}` line.
+fn lines<T: 'static>(
+    responses: impl Stream<Item = Result<T, Status>> + Send + 'static,
+    write: fn(&T) -> Value,
+) -> Response {
+    let lines = responses.map(move |r| {
+        let v = match r {
+            Ok(resp) => json!({ "result": write(&resp) }),
+            Err(s) => {
+                let http = http_status(s.code());
+                json!({ "error": {
+                    "grpc_code": s.code() as i32,
+                    "http_code": http.as_u16(),
+                    "message": s.message(),
+                    "http_status": http.canonical_reason().unwrap_or_default(),
+                } })
+            }
+        };
+        Ok::<_, std::convert::Infallible>(Bytes::from(format!("{v}\n")))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(lines),
+    )
+        .into_response()
+}
+
+async fn range(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let kv = KvService { node: g.core };
+    unary(&headers, &body, range_req, |r| kv.range(r), range_resp).await
 }
 
 async fn put(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let kv = KvService { node: g.core };
-    answer(
-        async {
-            let req = put_req(&parse(&body)?)?;
-            let r = kv.put(request(&headers, req)).await?.into_inner();
-            Ok(put_resp(&r))
-        }
-        .await,
-    )
+    unary(&headers, &body, put_req, |r| kv.put(r), put_resp).await
 }
 
 async fn delete_range(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let kv = KvService { node: g.core };
-    answer(
-        async {
-            let req = delete_req(&parse(&body)?)?;
-            let r = kv.delete_range(request(&headers, req)).await?.into_inner();
-            Ok(delete_resp(&r))
-        }
-        .await,
+    unary(
+        &headers,
+        &body,
+        delete_req,
+        |r| kv.delete_range(r),
+        delete_resp,
     )
+    .await
 }
 
 async fn txn(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let kv = KvService { node: g.core };
-    answer(
-        async {
-            let req = txn_req(&parse(&body)?)?;
-            let r = kv.txn(request(&headers, req)).await?.into_inner();
-            Ok(txn_resp(&r))
-        }
-        .await,
-    )
+    unary(&headers, &body, txn_req, |r| kv.txn(r), txn_resp).await
 }
 
 async fn compaction(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let kv = KvService { node: g.core };
-    answer(
-        async {
-            let v = parse(&body)?;
-            let req = pb::CompactionRequest {
-                revision: int_of(&v, "revision")?,
-                physical: bool_of(&v, "physical"),
-            };
-            let r = kv.compact(request(&headers, req)).await?.into_inner();
-            Ok(Obj::default().value("header", header(&r.header)).done())
-        }
-        .await,
-    )
+    let build = |v: &Value| {
+        Ok(pb::CompactionRequest {
+            revision: int_of(v, "revision")?,
+            physical: bool_of(v, "physical"),
+        })
+    };
+    let write = |r: &pb::CompactionResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| kv.compact(r), write).await
 }
 
 async fn lease_grant(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let lease = LeaseService { node: g.core };
-    answer(
-        async {
-            let v = parse(&body)?;
-            let req = pb::LeaseGrantRequest {
-                ttl: int_of(&v, "TTL")?,
-                id: int_of(&v, "ID")?,
-            };
-            let r = lease
-                .lease_grant(request(&headers, req))
-                .await?
-                .into_inner();
-            Ok(Obj::default()
-                .value("header", header(&r.header))
-                .int("ID", r.id)
-                .int("TTL", r.ttl)
-                .text("error", &r.error)
-                .done())
-        }
-        .await,
-    )
+    let build = |v: &Value| {
+        Ok(pb::LeaseGrantRequest {
+            ttl: int_of(v, "TTL")?,
+            id: int_of(v, "ID")?,
+        })
+    };
+    let write = |r: &pb::LeaseGrantResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .int("ID", r.id)
+            .int("TTL", r.ttl)
+            .text("error", &r.error)
+            .done()
+    };
+    unary(&headers, &body, build, |r| lease.lease_grant(r), write).await
 }
 
 async fn lease_revoke(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let lease = LeaseService { node: g.core };
-    answer(
-        async {
-            let req = pb::LeaseRevokeRequest {
-                id: int_of(&parse(&body)?, "ID")?,
-            };
-            let r = lease
-                .lease_revoke(request(&headers, req))
-                .await?
-                .into_inner();
-            Ok(Obj::default().value("header", header(&r.header)).done())
-        }
-        .await,
-    )
+    let build = |v: &Value| {
+        Ok(pb::LeaseRevokeRequest {
+            id: int_of(v, "ID")?,
+        })
+    };
+    let write = |r: &pb::LeaseRevokeResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| lease.lease_revoke(r), write).await
 }
 
 async fn lease_time_to_live(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let lease = LeaseService { node: g.core };
-    answer(
-        async {
-            let v = parse(&body)?;
-            let req = pb::LeaseTimeToLiveRequest {
-                id: int_of(&v, "ID")?,
-                keys: bool_of(&v, "keys"),
-            };
-            let r = lease
-                .lease_time_to_live(request(&headers, req))
-                .await?
-                .into_inner();
-            let keys = r
-                .keys
-                .iter()
-                .map(|k| Value::String(B64.encode(k)))
-                .collect();
-            Ok(Obj::default()
+    let build = |v: &Value| {
+        Ok(pb::LeaseTimeToLiveRequest {
+            id: int_of(v, "ID")?,
+            keys: bool_of(v, "keys"),
+        })
+    };
+    let write = |r: &pb::LeaseTimeToLiveResponse| {
+        let keys = r.keys.iter().map(|k| json!(B64.encode(k))).collect();
+        Obj::default()
+            .value("header", header(&r.header))
+            .int("ID", r.id)
+            .int("TTL", r.ttl)
+            .int("grantedTTL", r.granted_ttl)
+            .list("keys", keys)
+            .done()
+    };
+    unary(
+        &headers,
+        &body,
+        build,
+        |r| lease.lease_time_to_live(r),
+        write,
+    )
+    .await
+}
+
+async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let lease = LeaseService { node: g.core };
+    let write = |r: &pb::LeaseLeasesResponse| {
+        let leases = r
+            .leases
+            .iter()
+            .map(|l| Obj::default().int("ID", l.id).done())
+            .collect();
+        Obj::default()
+            .value("header", header(&r.header))
+            .list("leases", leases)
+            .done()
+    };
+    unary(&headers, &body, empty, |r| lease.lease_leases(r), write).await
+}
+
+/// `POST /v3/lease/keepalive` with one or more `{"ID": ...}` objects in the body: a
+/// `{"result": ...}` line per keep-alive, in order, from the service's keep-alive stream.
+/// etcd's gateway reads the body as it comes; this one reads it whole first.
+async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    use tonic::codec::Codec as _;
+    let lease = LeaseService { node: g.core };
+    let framed = match keep_alive_frames(&body) {
+        Ok(framed) => framed,
+        Err(s) => return error(&s),
+    };
+    let decoder = oncekv_proto::codec::Codec::<
+        pb::LeaseKeepAliveResponse,
+        pb::LeaseKeepAliveRequest,
+    >::default()
+    .decoder();
+    let requests =
+        tonic::Streaming::new_request(decoder, http_body_util::Full::new(framed), None, None);
+    match lease.lease_keep_alive(request(&headers, requests)).await {
+        Ok(responses) => lines(responses.into_inner(), |r| {
+            Obj::default()
                 .value("header", header(&r.header))
                 .int("ID", r.id)
                 .int("TTL", r.ttl)
-                .int("grantedTTL", r.granted_ttl)
-                .list("keys", keys)
-                .done())
-        }
-        .await,
-    )
+                .done()
+        }),
+        Err(s) => error(&s),
+    }
 }
 
-async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap) -> Response {
-    let lease = LeaseService { node: g.core };
-    answer(
-        async {
-            let r = lease
-                .lease_leases(request(&headers, pb::LeaseLeasesRequest {}))
-                .await?
-                .into_inner();
-            let leases = r
-                .leases
-                .iter()
-                .map(|l| Obj::default().int("ID", l.id).done())
-                .collect();
-            Ok(Obj::default()
-                .value("header", header(&r.header))
-                .list("leases", leases)
-                .done())
+/// The JSON objects of a keep-alive body as a gRPC request stream: each message framed
+/// as gRPC frames it (uncompressed, its length in four bytes big-endian).
+fn keep_alive_frames(body: &Bytes) -> Result<Bytes, Status> {
+    use prost::Message as _;
+    let mut framed = Vec::new();
+    for v in serde_json::Deserializer::from_slice(body).into_iter::<Value>() {
+        let v = v
+            .map_err(|e| Status::invalid_argument(format!("invalid JSON body: {e}")))
+            .and_then(object)?;
+        let message = pb::LeaseKeepAliveRequest {
+            id: int_of(&v, "ID")?,
         }
-        .await,
-    )
-}
-
-/// `{"name", "password"}` → `{"header", "token"}`; the token then goes in the
-/// `Authorization` header of later requests, as with etcd's gateway.
-async fn authenticate(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let auth = AuthService { node: g.core };
-    answer(
-        async {
-            let v = parse(&body)?;
-            let text = |name: &str| match v.get(name) {
-                None | Some(Value::Null) => Ok(String::new()),
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(other) => Err(Status::invalid_argument(format!(
-                    "{name}: expected a string, got {other}"
-                ))),
-            };
-            let req = pb::AuthenticateRequest {
-                name: text("name")?,
-                password: text("password")?,
-            };
-            let r = auth
-                .authenticate(request(&headers, req))
-                .await?
-                .into_inner();
-            Ok(Obj::default()
-                .value("header", header(&r.header))
-                .text("token", &r.token)
-                .done())
-        }
-        .await,
-    )
-}
-
-async fn auth_status(State(g): State<Gateway>, headers: HeaderMap) -> Response {
-    let auth = AuthService { node: g.core };
-    answer(
-        async {
-            let r = auth
-                .auth_status(request(&headers, pb::AuthStatusRequest {}))
-                .await?
-                .into_inner();
-            Ok(Obj::default()
-                .value("header", header(&r.header))
-                .flag("enabled", r.enabled)
-                .uint("authRevision", r.auth_revision)
-                .done())
-        }
-        .await,
-    )
-}
-
-async fn status(State(g): State<Gateway>, headers: HeaderMap) -> Response {
-    let m = MaintenanceService { node: g.core };
-    answer(
-        async {
-            let r = m
-                .status(request(&headers, pb::StatusRequest {}))
-                .await?
-                .into_inner();
-            Ok(Obj::default()
-                .value("header", header(&r.header))
-                .text("version", &r.version)
-                .int("dbSize", r.db_size)
-                .uint("leader", r.leader)
-                .uint("raftIndex", r.raft_index)
-                .uint("raftTerm", r.raft_term)
-                .uint("raftAppliedIndex", r.raft_applied_index)
-                .list("errors", r.errors.iter().map(|e| json!(e)).collect())
-                .int("dbSizeInUse", r.db_size_in_use)
-                .flag("isLearner", r.is_learner)
-                .done())
-        }
-        .await,
-    )
-}
-
-async fn member_list(State(g): State<Gateway>, headers: HeaderMap) -> Response {
-    let c = ClusterService { node: g.core };
-    answer(
-        async {
-            let r = c
-                .member_list(request(&headers, pb::MemberListRequest {}))
-                .await?
-                .into_inner();
-            let members = r
-                .members
-                .iter()
-                .map(|m| {
-                    Obj::default()
-                        .uint("ID", m.id)
-                        .text("name", &m.name)
-                        .list("peerURLs", m.peer_ur_ls.iter().map(|u| json!(u)).collect())
-                        .list(
-                            "clientURLs",
-                            m.client_ur_ls.iter().map(|u| json!(u)).collect(),
-                        )
-                        .flag("isLearner", m.is_learner)
-                        .done()
-                })
-                .collect();
-            Ok(Obj::default()
-                .value("header", header(&r.header))
-                .list("members", members)
-                .done())
-        }
-        .await,
-    )
+        .encode_to_vec();
+        framed.push(0);
+        // An int64 field: at most 11 bytes.
+        framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&message);
+    }
+    Ok(framed.into())
 }
 
 /// `POST /v3/watch` with `{"create_request": {...}}`: the watch's responses as a stream
 /// of `{"result": ...}` lines, until the client goes away.
 async fn watch(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    use futures::StreamExt;
     let create = match parse(&body).and_then(|v| {
         let c = v.get("create_request").cloned().unwrap_or(Value::Null);
         if c.is_null() {
@@ -771,16 +876,477 @@ async fn watch(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Res
     let requests = futures::stream::iter([Ok(req)]).chain(futures::stream::pending());
     let caller = crate::auth::Caller::of_http(&headers);
     let responses = crate::etcd::watch_stream(g.core, g.stop, Box::pin(requests), false, caller);
-    let lines = responses.map(|r| {
-        let v = match r {
-            Ok(resp) => json!({ "result": watch_resp(&resp) }),
-            Err(s) => json!({ "error": { "grpc_code": s.code() as i32, "message": s.message(), "http_code": http_status(s.code()).as_u16() } }),
-        };
-        Ok::<_, std::convert::Infallible>(Bytes::from(format!("{v}\n")))
-    });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from_stream(lines),
+    lines(responses, watch_resp)
+}
+
+async fn member_add(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let c = ClusterService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::MemberAddRequest {
+            peer_ur_ls: texts_of(v, "peerURLs")?,
+            is_learner: bool_of(v, "isLearner"),
+        })
+    };
+    let write = |r: &pb::MemberAddResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .value("member", r.member.as_ref().map(member))
+            .list("members", r.members.iter().map(member).collect())
+            .done()
+    };
+    unary(&headers, &body, build, |r| c.member_add(r), write).await
+}
+
+async fn member_remove(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let c = ClusterService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::MemberRemoveRequest {
+            id: uint_of(v, "ID")?,
+        })
+    };
+    let write = |r: &pb::MemberRemoveResponse| members(&r.header, &r.members);
+    unary(&headers, &body, build, |r| c.member_remove(r), write).await
+}
+
+async fn member_update(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let c = ClusterService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::MemberUpdateRequest {
+            id: uint_of(v, "ID")?,
+            peer_ur_ls: texts_of(v, "peerURLs")?,
+        })
+    };
+    let write = |r: &pb::MemberUpdateResponse| members(&r.header, &r.members);
+    unary(&headers, &body, build, |r| c.member_update(r), write).await
+}
+
+async fn member_list(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let c = ClusterService { node: g.core };
+    let write = |r: &pb::MemberListResponse| members(&r.header, &r.members);
+    unary(&headers, &body, empty, |r| c.member_list(r), write).await
+}
+
+async fn member_promote(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let c = ClusterService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::MemberPromoteRequest {
+            id: uint_of(v, "ID")?,
+        })
+    };
+    let write = |r: &pb::MemberPromoteResponse| members(&r.header, &r.members);
+    unary(&headers, &body, build, |r| c.member_promote(r), write).await
+}
+
+async fn alarm(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let m = MaintenanceService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AlarmRequest {
+            action: enum_of(v, "action", ALARM_ACTIONS)?,
+            member_id: uint_of(v, "memberID")?,
+            alarm: enum_of(v, "alarm", ALARM_TYPES)?,
+        })
+    };
+    let write = |r: &pb::AlarmResponse| {
+        let alarms = r
+            .alarms
+            .iter()
+            .map(|a| {
+                Obj::default()
+                    .uint("memberID", a.member_id)
+                    .enumerated("alarm", a.alarm, ALARM_TYPES)
+                    .done()
+            })
+            .collect();
+        Obj::default()
+            .value("header", header(&r.header))
+            .list("alarms", alarms)
+            .done()
+    };
+    unary(&headers, &body, build, |r| m.alarm(r), write).await
+}
+
+async fn status(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let m = MaintenanceService { node: g.core };
+    let write = |r: &pb::StatusResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .text("version", &r.version)
+            .int("dbSize", r.db_size)
+            .uint("leader", r.leader)
+            .uint("raftIndex", r.raft_index)
+            .uint("raftTerm", r.raft_term)
+            .uint("raftAppliedIndex", r.raft_applied_index)
+            .list("errors", texts(&r.errors))
+            .int("dbSizeInUse", r.db_size_in_use)
+            .flag("isLearner", r.is_learner)
+            .done()
+    };
+    unary(&headers, &body, empty, |r| m.status(r), write).await
+}
+
+async fn defragment(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let m = MaintenanceService { node: g.core };
+    let write = |r: &pb::DefragmentResponse| header_only(&r.header);
+    unary(&headers, &body, empty, |r| m.defragment(r), write).await
+}
+
+async fn hash(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let m = MaintenanceService { node: g.core };
+    let write = |r: &pb::HashResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .uint32("hash", r.hash)
+            .done()
+    };
+    unary(&headers, &body, empty, |r| m.hash(r), write).await
+}
+
+async fn hash_kv(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let m = MaintenanceService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::HashKvRequest {
+            revision: int_of(v, "revision")?,
+        })
+    };
+    let write = |r: &pb::HashKvResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .uint32("hash", r.hash)
+            .int("compact_revision", r.compact_revision)
+            .done()
+    };
+    unary(&headers, &body, build, |r| m.hash_kv(r), write).await
+}
+
+async fn move_leader(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let m = MaintenanceService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::MoveLeaderRequest {
+            target_id: uint_of(v, "targetID")?,
+        })
+    };
+    let write = |r: &pb::MoveLeaderResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| m.move_leader(r), write).await
+}
+
+/// `POST /v3/maintenance/snapshot`: the database file as `{"result": {"blob", ...}}`
+/// lines, one per chunk.
+async fn snapshot(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let m = MaintenanceService { node: g.core };
+    let chunks = async {
+        parse(&body)?;
+        m.snapshot(request(&headers, pb::SnapshotRequest {})).await
+    };
+    match chunks.await {
+        Ok(chunks) => lines(chunks.into_inner(), |c| {
+            Obj::default()
+                .value("header", header(&c.header))
+                .uint("remaining_bytes", c.remaining_bytes)
+                .bytes("blob", &c.blob)
+                .done()
+        }),
+        Err(s) => error(&s),
+    }
+}
+
+async fn auth_enable(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let write = |r: &pb::AuthEnableResponse| header_only(&r.header);
+    unary(&headers, &body, empty, |r| auth.auth_enable(r), write).await
+}
+
+async fn auth_disable(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let write = |r: &pb::AuthDisableResponse| header_only(&r.header);
+    unary(&headers, &body, empty, |r| auth.auth_disable(r), write).await
+}
+
+async fn auth_status(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let write = |r: &pb::AuthStatusResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .flag("enabled", r.enabled)
+            .uint("authRevision", r.auth_revision)
+            .done()
+    };
+    unary(&headers, &body, empty, |r| auth.auth_status(r), write).await
+}
+
+/// `{"name", "password"}` → `{"header", "token"}`; the token then goes in the
+/// `Authorization` header of later requests, as with etcd's gateway.
+async fn authenticate(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthenticateRequest {
+            name: text_of(v, "name")?,
+            password: text_of(v, "password")?,
+        })
+    };
+    let write = |r: &pb::AuthenticateResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .text("token", &r.token)
+            .done()
+    };
+    unary(&headers, &body, build, |r| auth.authenticate(r), write).await
+}
+
+async fn user_add(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        let options = v.get("options").filter(|o| !o.is_null());
+        Ok(pb::AuthUserAddRequest {
+            name: text_of(v, "name")?,
+            password: text_of(v, "password")?,
+            options: options.map(|o| authpb::UserAddOptions {
+                no_password: bool_of(o, "no_password"),
+            }),
+            hashed_password: text_of(v, "hashedPassword")?,
+        })
+    };
+    let write = |r: &pb::AuthUserAddResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| auth.user_add(r), write).await
+}
+
+async fn user_get(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthUserGetRequest {
+            name: text_of(v, "name")?,
+        })
+    };
+    let write = |r: &pb::AuthUserGetResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .list("roles", texts(&r.roles))
+            .done()
+    };
+    unary(&headers, &body, build, |r| auth.user_get(r), write).await
+}
+
+async fn user_list(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let write = |r: &pb::AuthUserListResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .list("users", texts(&r.users))
+            .done()
+    };
+    unary(&headers, &body, empty, |r| auth.user_list(r), write).await
+}
+
+async fn user_delete(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthUserDeleteRequest {
+            name: text_of(v, "name")?,
+        })
+    };
+    let write = |r: &pb::AuthUserDeleteResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| auth.user_delete(r), write).await
+}
+
+async fn user_change_password(
+    State(g): State<Gateway>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthUserChangePasswordRequest {
+            name: text_of(v, "name")?,
+            password: text_of(v, "password")?,
+            hashed_password: text_of(v, "hashedPassword")?,
+        })
+    };
+    let write = |r: &pb::AuthUserChangePasswordResponse| header_only(&r.header);
+    unary(
+        &headers,
+        &body,
+        build,
+        |r| auth.user_change_password(r),
+        write,
     )
-        .into_response()
+    .await
+}
+
+async fn user_grant_role(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthUserGrantRoleRequest {
+            user: text_of(v, "user")?,
+            role: text_of(v, "role")?,
+        })
+    };
+    let write = |r: &pb::AuthUserGrantRoleResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| auth.user_grant_role(r), write).await
+}
+
+async fn user_revoke_role(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthUserRevokeRoleRequest {
+            name: text_of(v, "name")?,
+            role: text_of(v, "role")?,
+        })
+    };
+    let write = |r: &pb::AuthUserRevokeRoleResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| auth.user_revoke_role(r), write).await
+}
+
+async fn role_add(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthRoleAddRequest {
+            name: text_of(v, "name")?,
+        })
+    };
+    let write = |r: &pb::AuthRoleAddResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| auth.role_add(r), write).await
+}
+
+async fn role_get(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthRoleGetRequest {
+            role: text_of(v, "role")?,
+        })
+    };
+    let write = |r: &pb::AuthRoleGetResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .list("perm", r.perm.iter().map(permission).collect())
+            .done()
+    };
+    unary(&headers, &body, build, |r| auth.role_get(r), write).await
+}
+
+async fn role_list(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let write = |r: &pb::AuthRoleListResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .list("roles", texts(&r.roles))
+            .done()
+    };
+    unary(&headers, &body, empty, |r| auth.role_list(r), write).await
+}
+
+async fn role_delete(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthRoleDeleteRequest {
+            role: text_of(v, "role")?,
+        })
+    };
+    let write = |r: &pb::AuthRoleDeleteResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| auth.role_delete(r), write).await
+}
+
+/// `{"name", "perm": {"permType", "key", "range_end"}}`.
+async fn role_grant_permission(
+    State(g): State<Gateway>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        let perm = v.get("perm").filter(|p| !p.is_null());
+        let perm = perm
+            .map(|p| -> Result<_, Status> {
+                Ok(authpb::Permission {
+                    perm_type: enum_of(p, "permType", PERM_TYPES)?,
+                    key: bytes_of(p, "key")?,
+                    range_end: bytes_of(p, "range_end")?,
+                })
+            })
+            .transpose()?;
+        Ok(pb::AuthRoleGrantPermissionRequest {
+            name: text_of(v, "name")?,
+            perm,
+        })
+    };
+    let write = |r: &pb::AuthRoleGrantPermissionResponse| header_only(&r.header);
+    unary(
+        &headers,
+        &body,
+        build,
+        |r| auth.role_grant_permission(r),
+        write,
+    )
+    .await
+}
+
+async fn role_revoke_permission(
+    State(g): State<Gateway>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let auth = AuthService { node: g.core };
+    let build = |v: &Value| {
+        Ok(pb::AuthRoleRevokePermissionRequest {
+            role: text_of(v, "role")?,
+            key: bytes_of(v, "key")?,
+            range_end: bytes_of(v, "range_end")?,
+        })
+    };
+    let write = |r: &pb::AuthRoleRevokePermissionResponse| header_only(&r.header);
+    unary(
+        &headers,
+        &body,
+        build,
+        |r| auth.role_revoke_permission(r),
+        write,
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_body_must_be_an_object() {
+        assert_eq!(parse(&Bytes::new()).unwrap(), json!({}));
+        let e = parse(&Bytes::from_static(b"\"oops\"")).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn member_ids_take_the_whole_u64_range() {
+        let v = json!({"ID": "13064775543180735813", "n": 18446744073709551615u64});
+        assert_eq!(uint_of(&v, "ID").unwrap(), 13064775543180735813);
+        assert_eq!(uint_of(&v, "n").unwrap(), u64::MAX);
+        assert!(uint_of(&json!({"ID": -1}), "ID").is_err());
+    }
+
+    #[test]
+    fn enums_are_written_by_name_and_zero_left_out() {
+        let v = Obj::default()
+            .enumerated("zero", 0, PERM_TYPES)
+            .enumerated("named", 2, PERM_TYPES)
+            .enumerated("unnamed", 7, PERM_TYPES)
+            .done();
+        assert_eq!(v, json!({"named": "READWRITE", "unnamed": 7}));
+    }
+
+    // Each JSON object of the body becomes one gRPC frame the service's stream decodes.
+    #[tokio::test]
+    async fn keep_alive_bodies_become_a_request_stream() {
+        use tonic::codec::Codec as _;
+        let framed = keep_alive_frames(&Bytes::from_static(br#"{"ID": "7"} {"ID": 8}"#)).unwrap();
+        let decoder = oncekv_proto::codec::Codec::<
+            pb::LeaseKeepAliveResponse,
+            pb::LeaseKeepAliveRequest,
+        >::default()
+        .decoder();
+        let stream =
+            tonic::Streaming::new_request(decoder, http_body_util::Full::new(framed), None, None);
+        let ids: Vec<i64> = stream.map(|r| r.unwrap().id).collect().await;
+        assert_eq!(ids, [7, 8]);
+        assert!(keep_alive_frames(&Bytes::from_static(b"{} [1]")).is_err());
+        assert!(keep_alive_frames(&Bytes::new()).unwrap().is_empty());
+    }
 }

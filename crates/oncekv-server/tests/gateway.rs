@@ -1,6 +1,7 @@
 //! etcd's JSON gateway with curl: put, range, txn, delete, lease grant, compaction, a
-//! streaming watch, etcd's error form, and an exactly-once write through the session
-//! headers.
+//! streaming watch, etcd's error form, an exactly-once write through the session
+//! headers, etcd's documented auth flow, users and roles, the cluster and maintenance
+//! routes, lease keep-alives and snapshots as streams, and the `/v3beta` prefix.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -42,6 +43,32 @@ fn post(url: &str, body: &Value, headers: &[String]) -> (u16, Value) {
         code.trim().parse().unwrap(),
         serde_json::from_str(body).unwrap_or(Value::Null),
     )
+}
+
+/// `curl -s -X POST URL -d BODY` for a streaming answer → (status, one JSON value a line).
+fn post_lines(url: &str, body: &str) -> (u16, Vec<Value>) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "20",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "POST",
+            url,
+        ])
+        .args(["-d", body])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    let lines = body
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (code.trim().parse().unwrap(), lines)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,4 +268,337 @@ async fn authenticate_over_http_json_gives_a_token_for_later_requests() {
         (200, Some(true)),
         "{after}"
     );
+}
+
+// etcd's documented curl flow for auth (etcd.io, "gRPC gateway", authentication), word
+// for word: add root, give it the root role, enable auth, log in, put with the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcds_documented_auth_flow_over_http_json() {
+    let cluster = TestCluster::start(3, |c| c.bcrypt_cost = 4).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let base = cluster.endpoint((leader + 1) % 3);
+    let at = |path: &str| format!("{base}{path}");
+    let ok = |path: &str, body: Value, headers: &[String]| {
+        let (status, v) = post(&at(path), &body, headers);
+        assert_eq!(status, 200, "{path}: {v}");
+        v
+    };
+
+    let added = ok(
+        "/v3/auth/user/add",
+        json!({"name": "root", "password": "pass"}),
+        &[],
+    );
+    assert!(added["header"]["revision"].is_string(), "{added}");
+    ok("/v3/auth/role/add", json!({"name": "root"}), &[]);
+    ok(
+        "/v3/auth/user/grant",
+        json!({"user": "root", "role": "root"}),
+        &[],
+    );
+    ok("/v3/auth/enable", json!({}), &[]);
+    let login = ok(
+        "/v3/auth/authenticate",
+        json!({"name": "root", "password": "pass"}),
+        &[],
+    );
+    let token = vec![format!(
+        "Authorization: {}",
+        login["token"].as_str().unwrap()
+    )];
+
+    let put = json!({"key": "Zm9v", "value": "YmFy"});
+    let done = ok("/v3/kv/put", put.clone(), &token);
+    assert!(done["header"]["revision"].is_string(), "{done}");
+    // As etcd: no token is an anonymous request, refused for want of a user name.
+    let (status, refused) = post(&at("/v3/kv/put"), &put, &[]);
+    assert_eq!(
+        (status, &refused["code"], &refused["error"]),
+        (400, &json!(3), &json!("etcdserver: user name is empty")),
+        "{refused}"
+    );
+    let (status, refused) = post(&at("/v3/auth/disable"), &json!({}), &[]);
+    assert_ne!(status, 200, "disabling takes root: {refused}");
+
+    ok("/v3/auth/disable", json!({}), &token);
+    let after = ok("/v3/auth/status", json!({}), &[]);
+    assert!(after.get("enabled").is_none(), "{after}");
+    ok("/v3/kv/put", put, &[]);
+    cluster.inner.shutdown().await;
+}
+
+// Users and roles as etcd's gateway writes them (field names, enum names, zero values
+// left out), and its error codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_and_roles_over_http_json() {
+    let cluster = TestCluster::start(3, |c| c.bcrypt_cost = 4).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let base = cluster.endpoint(leader);
+    let at = |path: &str| format!("{base}{path}");
+    let ok = |path: &str, body: Value, headers: &[String]| {
+        let (status, v) = post(&at(path), &body, headers);
+        assert_eq!(status, 200, "{path}: {v}");
+        v
+    };
+    let refused = |path: &str, body: Value, headers: &[String]| {
+        let (status, v) = post(&at(path), &body, headers);
+        (status, v["code"].clone(), v["error"].clone())
+    };
+
+    for name in ["root", "bob"] {
+        ok(
+            "/v3/auth/user/add",
+            json!({"name": name, "password": "pass"}),
+            &[],
+        );
+    }
+    assert_eq!(
+        refused(
+            "/v3/auth/user/add",
+            json!({"name": "bob", "password": "pass"}),
+            &[]
+        ),
+        (412, json!(9), json!("etcdserver: user name already exists"))
+    );
+    let (status, e) = post(
+        &at("/v3/auth/user/add"),
+        &json!({"name": "x", "password": 5}),
+        &[],
+    );
+    assert_eq!((status, &e["code"]), (400, &json!(3)), "{e}");
+    ok("/v3/auth/role/add", json!({"name": "root"}), &[]);
+    ok("/v3/auth/role/add", json!({"name": "reader"}), &[]);
+    for perm in [
+        json!({"permType": "READ", "key": b64("a"), "range_end": b64("b")}),
+        json!({"permType": "WRITE", "key": b64("c")}),
+        json!({"permType": 2, "key": b64("d")}),
+    ] {
+        ok(
+            "/v3/auth/role/grant",
+            json!({"name": "reader", "perm": perm}),
+            &[],
+        );
+    }
+    let role = ok("/v3/auth/role/get", json!({"role": "reader"}), &[]);
+    assert_eq!(
+        role["perm"],
+        json!([
+            {"key": b64("a"), "range_end": b64("b")},
+            {"permType": "WRITE", "key": b64("c")},
+            {"permType": "READWRITE", "key": b64("d")},
+        ]),
+        "READ is the zero value, left out: {role}"
+    );
+    assert!(role["header"]["cluster_id"].is_string(), "{role}");
+    assert_eq!(
+        refused("/v3/auth/role/get", json!({"role": "nope"}), &[]),
+        (412, json!(9), json!("etcdserver: role name not found"))
+    );
+
+    ok(
+        "/v3/auth/user/grant",
+        json!({"user": "bob", "role": "reader"}),
+        &[],
+    );
+    let bob = ok("/v3/auth/user/get", json!({"name": "bob"}), &[]);
+    assert_eq!(bob["roles"], json!(["reader"]), "{bob}");
+    assert_eq!(
+        refused("/v3/auth/user/get", json!({"name": "nobody"}), &[]),
+        (412, json!(9), json!("etcdserver: user name not found"))
+    );
+    let users = ok("/v3/auth/user/list", json!({}), &[]);
+    assert_eq!(users["users"], json!(["bob", "root"]), "{users}");
+    let roles = ok("/v3/auth/role/list", json!({}), &[]);
+    assert_eq!(roles["roles"], json!(["reader", "root"]), "{roles}");
+
+    // A changed password, tried with auth on.
+    ok(
+        "/v3/auth/user/changepw",
+        json!({"name": "bob", "password": "new"}),
+        &[],
+    );
+    ok(
+        "/v3/auth/user/grant",
+        json!({"user": "root", "role": "root"}),
+        &[],
+    );
+    ok("/v3/auth/enable", json!({}), &[]);
+    let (status, _) = post(
+        &at("/v3/auth/authenticate"),
+        &json!({"name": "bob", "password": "pass"}),
+        &[],
+    );
+    assert_eq!(status, 400, "the old password");
+    let login = ok(
+        "/v3/auth/authenticate",
+        json!({"name": "bob", "password": "new"}),
+        &[],
+    );
+    let bob_token = vec![format!(
+        "Authorization: {}",
+        login["token"].as_str().unwrap()
+    )];
+    let bob = ok("/v3/auth/user/get", json!({"name": "bob"}), &bob_token);
+    assert_eq!(
+        bob["roles"],
+        json!(["reader"]),
+        "a user reads its own roles"
+    );
+    let (status, _, _) = refused("/v3/auth/user/list", json!({}), &bob_token);
+    assert_ne!(status, 200, "listing users takes root");
+    let login = ok(
+        "/v3/auth/authenticate",
+        json!({"name": "root", "password": "pass"}),
+        &[],
+    );
+    let root = vec![format!(
+        "Authorization: {}",
+        login["token"].as_str().unwrap()
+    )];
+    ok("/v3/auth/disable", json!({}), &root);
+
+    ok(
+        "/v3/auth/user/revoke",
+        json!({"name": "bob", "role": "reader"}),
+        &[],
+    );
+    let bob = ok("/v3/auth/user/get", json!({"name": "bob"}), &[]);
+    assert!(bob.get("roles").is_none(), "{bob}");
+    ok(
+        "/v3/auth/role/revoke",
+        json!({"role": "reader", "key": b64("a"), "range_end": b64("b")}),
+        &[],
+    );
+    let role = ok("/v3/auth/role/get", json!({"role": "reader"}), &[]);
+    assert_eq!(role["perm"].as_array().unwrap().len(), 2, "{role}");
+    ok("/v3/auth/role/delete", json!({"role": "reader"}), &[]);
+    let roles = ok("/v3/auth/role/list", json!({}), &[]);
+    assert_eq!(roles["roles"], json!(["root"]), "{roles}");
+    ok("/v3/auth/user/delete", json!({"name": "bob"}), &[]);
+    let users = ok("/v3/auth/user/list", json!({}), &[]);
+    assert_eq!(users["users"], json!(["root"]), "{users}");
+    cluster.inner.shutdown().await;
+}
+
+// The `/v3beta` prefix, the cluster and maintenance routes, and the streaming lease
+// keep-alive and snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_maintenance_keepalive_and_v3beta_over_http_json() {
+    let cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let base = cluster.endpoint(leader);
+    let at = |path: &str| format!("{base}{path}");
+    let ok = |path: &str, body: Value| {
+        let (status, v) = post(&at(path), &body, &[]);
+        assert_eq!(status, 200, "{path}: {v}");
+        v
+    };
+
+    ok(
+        "/v3beta/kv/put",
+        json!({"key": b64("beta"), "value": b64("1")}),
+    );
+    let got = ok("/v3beta/kv/range", json!({"key": b64("beta")}));
+    assert_eq!(got["kvs"][0]["value"], b64("1"), "{got}");
+    let (status, _) = post(&at("/v3alpha/kv/range"), &json!({"key": b64("beta")}), &[]);
+    assert_eq!(status, 404, "etcd 3.4 has no /v3alpha");
+
+    let alarms = ok("/v3/maintenance/alarm", json!({"action": "GET"}));
+    assert!(alarms.get("alarms").is_none(), "{alarms}");
+    let hash = ok("/v3/maintenance/hash", json!({}));
+    assert!(
+        hash["hash"].as_u64().unwrap() > 0,
+        "a uint32 is a number: {hash}"
+    );
+    let hash_kv = ok("/v3/maintenance/hashkv", json!({}));
+    assert!(hash_kv["hash"].as_u64().unwrap() > 0, "{hash_kv}");
+    assert_eq!(hash_kv["header"]["revision"], got["header"]["revision"]);
+    let defragmented = ok("/v3/maintenance/defragment", json!({}));
+    assert_eq!(defragmented, json!({}), "no header, as etcd");
+    let (status, e) = post(&at("/v3/maintenance/alarm"), &json!({"action": "NAP"}), &[]);
+    assert_eq!(status, 400, "{e}");
+
+    let added = ok(
+        "/v3/cluster/member/add",
+        json!({"peerURLs": ["http://127.0.0.1:9"], "isLearner": true}),
+    );
+    let learner = &added["member"];
+    assert_eq!(
+        learner["peerURLs"],
+        json!(["http://127.0.0.1:9"]),
+        "{added}"
+    );
+    assert_eq!(learner["isLearner"], true, "{added}");
+    let id = learner["ID"].as_str().unwrap().to_string();
+    assert_eq!(added["members"].as_array().unwrap().len(), 4, "{added}");
+    let ids = |v: &Value| -> Vec<String> {
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["ID"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let listed = ok("/v3/cluster/member/list", json!({}));
+    assert!(ids(&listed).contains(&id), "{listed}");
+    let removed = ok("/v3/cluster/member/remove", json!({"ID": id}));
+    assert!(!ids(&removed).contains(&id), "{removed}");
+    let listed = ok("/v3/cluster/member/list", json!({}));
+    assert_eq!(ids(&listed).len(), 3, "{listed}");
+
+    // Keep-alives: one line per request object in the body.
+    let lease = ok("/v3/lease/grant", json!({"TTL": 30}));
+    let lease_id = lease["ID"].as_str().unwrap().to_string();
+    let (status, lines) = post_lines(
+        &at("/v3/lease/keepalive"),
+        &format!(r#"{{"ID": "{lease_id}"}} {{"ID": {lease_id}}}"#),
+    );
+    assert_eq!((status, lines.len()), (200, 2), "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["result"]["ID"], lease_id, "{line}");
+        assert_eq!(line["result"]["TTL"], "30", "{line}");
+    }
+    let (_, gone) = post_lines(&at("/v3beta/lease/keepalive"), r#"{"ID": "12345"}"#);
+    assert!(gone[0]["result"].get("TTL").is_none(), "{gone:?}");
+    let (status, bad) = post_lines(&at("/v3/lease/keepalive"), r#"{"ID": "x"}"#);
+    assert_eq!((status, &bad[0]["code"]), (400, &json!(3)), "{bad:?}");
+
+    // A snapshot: chunks that add up, the last with no bytes remaining.
+    let (status, chunks) = post_lines(&at("/v3/maintenance/snapshot"), "{}");
+    assert_eq!(status, 200);
+    let blobs: Vec<Vec<u8>> = chunks
+        .iter()
+        .map(|c| B64.decode(c["result"]["blob"].as_str().unwrap()).unwrap())
+        .collect();
+    let total: usize = blobs.iter().map(Vec::len).sum();
+    let first: u64 = chunks[0]["result"]
+        .get("remaining_bytes")
+        .map_or(0, |r| r.as_str().unwrap().parse().unwrap());
+    assert_eq!(
+        first as usize,
+        total - blobs[0].len(),
+        "{}",
+        chunks[0]["result"]["header"]
+    );
+    assert!(
+        chunks.last().unwrap()["result"]
+            .get("remaining_bytes")
+            .is_none()
+    );
+
+    // Leadership handed to another member.
+    let status = ok("/v3/maintenance/status", json!({}));
+    let other = listed["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["ID"].as_str().unwrap().to_string())
+        .find(|m| *m != status["leader"])
+        .unwrap();
+    let moved = ok(
+        "/v3/maintenance/transfer-leadership",
+        json!({"targetID": other}),
+    );
+    assert_eq!(moved, json!({}), "{moved}");
+    cluster.inner.shutdown().await;
 }
