@@ -129,7 +129,8 @@ where
             .max_decoding_message_size(limit),
     )
     .add_service(SessionServer::new(SessionService { node: core.clone() }))
-    .add_service(AuthServer::new(AuthService { node: core.clone() }));
+    .add_service(AuthServer::new(AuthService { node: core.clone() }))
+    .add_service(health_service(stop.clone()));
     // HTTP/1.1 too, for curl and Prometheus on the HTTP routes; gRPC clients speak HTTP/2
     // with prior knowledge and are told apart by the connection preface.
     let routes = grpc
@@ -153,6 +154,25 @@ where
     if let Err(e) = result {
         tracing::error!("client server stopped: {e}");
     }
+}
+
+/// gRPC's health service (`grpc.health.v1.Health`), as etcd registers it: the server as a
+/// whole (service name "") is SERVING while it serves; other names are unknown
+/// (`NOT_FOUND`). At `stop` it turns NOT_SERVING and is then cleared, which ends every
+/// `Watch` of it (after it has told the watcher), so that no health watch holds the
+/// graceful shutdown open.
+fn health_service(
+    stop: watch::Receiver<bool>,
+) -> tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health> {
+    let (mut reporter, service) = tonic_health::server::health_reporter();
+    tokio::spawn(async move {
+        stopped(stop).await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        reporter.clear_service_status("").await;
+    });
+    service
 }
 
 /// Serves raft traffic from peers on `incoming` connections until `stop`.
