@@ -125,8 +125,11 @@ where
         LockServer::new(LockService { node: core.clone() }).max_decoding_message_size(limit),
     )
     .add_service(
-        ElectionServer::new(ElectionService { node: core.clone() })
-            .max_decoding_message_size(limit),
+        ElectionServer::new(ElectionService {
+            node: core.clone(),
+            stop: stop.clone(),
+        })
+        .max_decoding_message_size(limit),
     )
     .add_service(SessionServer::new(SessionService { node: core.clone() }))
     .add_service(AuthServer::new(AuthService { node: core.clone() }))

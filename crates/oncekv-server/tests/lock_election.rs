@@ -370,3 +370,26 @@ async fn tracked_lock_and_campaign_retries_queue_once() {
         [String::from_utf8(got.get_ref().key.to_vec()).unwrap()]
     );
 }
+
+// An observer (`etcdctl elect -l`) holds its stream open for as long as it likes; a member
+// that stops ends it rather than waiting out its shutdown grace (the request timeout, 5 s
+// here) for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stops_without_waiting_for_its_observers() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::start(1, |_| {}).await;
+    cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = Client::connect([cluster.endpoint(0)], None).await.unwrap();
+    let lease = c.lease_grant(30, None).await.unwrap().id();
+    c.campaign("e", "v1", lease).await.unwrap();
+    let mut observer = c.observe("e").await.unwrap();
+    let first = tokio::time::timeout(WAIT, observer.next()).await.unwrap();
+    assert!(matches!(first, Some(Ok(_))), "{first:?}");
+
+    let started = std::time::Instant::now();
+    cluster.stop(0).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the stop took {took:?}");
+    let end = tokio::time::timeout(WAIT, observer.next()).await.unwrap();
+    assert!(!matches!(end, Some(Ok(_))), "{end:?}");
+}

@@ -17,7 +17,7 @@ use oncekv_core::{
     SortTarget, TxnRequest,
 };
 use oncekv_proto::SessionMeta;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
@@ -46,6 +46,9 @@ const OBSERVE_READ: usize = 64;
 #[derive(Debug, Clone)]
 pub struct ElectionService {
     pub node: Arc<NodeCore>,
+    /// The server's stop: an observer's stream ends there, so that an open `Observe`
+    /// (`etcdctl elect -l`) does not hold the graceful shutdown until its grace runs out.
+    pub stop: watch::Receiver<bool>,
 }
 
 /// A txn that runs `then` if `key` still has create revision `rev` (etcd's leadership
@@ -178,8 +181,16 @@ impl Election for ElectionService {
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
         let node = self.node.clone();
         let first = resp.kvs.into_iter().next();
+        let mut stop = self.stop.clone();
         tokio::spawn(async move {
-            let end = observe(&node, &r.name, first, revision, &tx).await;
+            let stopped = async {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            // At the stop, dropping `tx` ends the client's stream.
+            let end = tokio::select! {
+                end = observe(&node, &r.name, first, revision, &tx) => end,
+                () = stopped => Ok(()),
+            };
             if let Err(status) = end {
                 let _ = tx.send(Err(status)).await;
             }
