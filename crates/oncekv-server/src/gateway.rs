@@ -8,6 +8,10 @@
 //! objects, one per line. Errors come as `{"error", "message", "code"}` with the HTTP
 //! status etcd 3.4's grpc-gateway gives the gRPC code.
 //!
+//! etcd's v3lock and v3election services are served too (`/v3/lock/lock`,
+//! `/v3/election/campaign` and so on, as etcd 3.4 registers them beside the KV gateway);
+//! an election's observe is a stream of lines like a watch.
+//!
 //! Every request runs through the same service code as its gRPC twin. The oncekv session
 //! headers (`oncekv-client-id`, `oncekv-session-secret`, `oncekv-seq`,
 //! `oncekv-first-incomplete`) are passed on as gRPC metadata, so a gateway write can be
@@ -29,7 +33,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use tonic::Status;
 
-use crate::etcd::{AuthService, ClusterService, KvService, LeaseService, MaintenanceService};
+use crate::etcd::{
+    AuthService, ClusterService, ElectionService, KvService, LeaseService, LockService,
+    MaintenanceService,
+};
 use crate::pb::authpb;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::auth_server::Auth;
@@ -38,6 +45,10 @@ use crate::pb::etcdserverpb::kv_server::Kv;
 use crate::pb::etcdserverpb::lease_server::Lease;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
 use crate::pb::mvccpb;
+use crate::pb::v3electionpb as electionpb;
+use crate::pb::v3electionpb::election_server::Election;
+use crate::pb::v3lockpb as lockpb;
+use crate::pb::v3lockpb::lock_server::Lock;
 use crate::request_path::NodeCore;
 
 #[derive(Clone, Debug)]
@@ -46,7 +57,8 @@ struct Gateway {
     stop: watch::Receiver<bool>,
 }
 
-/// The gateway's routes: every v3 RPC at its path in etcd's `rpc.proto`, under `/v3` and
+/// The gateway's routes: every v3 RPC at its path in etcd's `rpc.proto` (and the lock and
+/// election services at theirs in `v3lock.proto` and `v3election.proto`), under `/v3` and
 /// again under `/v3beta`, as etcd 3.4 serves them (it answers 404 under `/v3alpha`).
 pub fn routes(core: Arc<NodeCore>, stop: watch::Receiver<bool>) -> Router {
     let rpcs: Vec<(&str, MethodRouter<Gateway>)> = vec![
@@ -93,6 +105,13 @@ pub fn routes(core: Arc<NodeCore>, stop: watch::Receiver<bool>) -> Router {
         ("auth/role/delete", post(role_delete)),
         ("auth/role/grant", post(role_grant_permission)),
         ("auth/role/revoke", post(role_revoke_permission)),
+        ("lock/lock", post(lock)),
+        ("lock/unlock", post(unlock)),
+        ("election/campaign", post(campaign)),
+        ("election/proclaim", post(proclaim)),
+        ("election/leader", post(leader)),
+        ("election/observe", post(observe)),
+        ("election/resign", post(resign)),
     ];
     let mut router = Router::new();
     for (path, handler) in rpcs {
@@ -295,6 +314,23 @@ fn enum_of(v: &Value, name: &str, names: &[&str]) -> Result<i32, Status> {
 const PERM_TYPES: &[&str] = &["READ", "WRITE", "READWRITE"];
 const ALARM_ACTIONS: &[&str] = &["GET", "ACTIVATE", "DEACTIVATE"];
 const ALARM_TYPES: &[&str] = &["NONE", "NOSPACE", "CORRUPT"];
+
+/// A `LeaderKey` field (`{"name", "key", "rev", "lease"}`); absent is `None`, which the
+/// election service answers with etcd's error.
+fn leader_key_of(v: &Value, name: &str) -> Result<Option<electionpb::LeaderKey>, Status> {
+    match v.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(l @ Value::Object(_)) => Ok(Some(electionpb::LeaderKey {
+            name: bytes_of(l, "name")?,
+            key: bytes_of(l, "key")?,
+            rev: int_of(l, "rev")?,
+            lease: int_of(l, "lease")?,
+        })),
+        Some(other) => Err(Status::invalid_argument(format!(
+            "{name}: expected an object, got {other}"
+        ))),
+    }
+}
 
 fn range_req(v: &Value) -> Result<pb::RangeRequest, Status> {
     Ok(pb::RangeRequest {
@@ -608,6 +644,22 @@ fn watch_resp(r: &pb::WatchResponse) -> Value {
         .text("cancel_reason", &r.cancel_reason)
         .flag("fragment", r.fragment)
         .list("events", r.events.iter().map(event).collect())
+        .done()
+}
+
+fn leader_key(l: &electionpb::LeaderKey) -> Value {
+    Obj::default()
+        .bytes("name", &l.name)
+        .bytes("key", &l.key)
+        .int("rev", l.rev)
+        .int("lease", l.lease)
+        .done()
+}
+
+fn leader_resp(r: &electionpb::LeaderResponse) -> Value {
+    Obj::default()
+        .value("header", header(&r.header))
+        .value("kv", r.kv.as_ref().map(kv))
         .done()
 }
 
@@ -1302,6 +1354,122 @@ async fn role_revoke_permission(
     .await
 }
 
+/// `{"name", "lease"}` → `{"header", "key"}`, once the lock is the caller's: the request
+/// waits for its turn, as etcd's does.
+async fn lock(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let l = LockService { node: g.core };
+    let build = |v: &Value| {
+        Ok(lockpb::LockRequest {
+            name: bytes_of(v, "name")?,
+            lease: int_of(v, "lease")?,
+        })
+    };
+    let write = |r: &lockpb::LockResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .bytes("key", &r.key)
+            .done()
+    };
+    unary(&headers, &body, build, |r| l.lock(r), write).await
+}
+
+async fn unlock(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let l = LockService { node: g.core };
+    let build = |v: &Value| {
+        Ok(lockpb::UnlockRequest {
+            key: bytes_of(v, "key")?,
+        })
+    };
+    let write = |r: &lockpb::UnlockResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| l.unlock(r), write).await
+}
+
+/// `{"name", "lease", "value"}` → `{"header", "leader": {"name", "key", "rev", "lease"}}`,
+/// once the caller leads (the request waits, as a lock does).
+async fn campaign(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let e = ElectionService {
+        node: g.core,
+        stop: g.stop,
+    };
+    let build = |v: &Value| {
+        Ok(electionpb::CampaignRequest {
+            name: bytes_of(v, "name")?,
+            lease: int_of(v, "lease")?,
+            value: bytes_of(v, "value")?,
+        })
+    };
+    let write = |r: &electionpb::CampaignResponse| {
+        Obj::default()
+            .value("header", header(&r.header))
+            .value("leader", r.leader.as_ref().map(leader_key))
+            .done()
+    };
+    unary(&headers, &body, build, |r| e.campaign(r), write).await
+}
+
+async fn proclaim(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let e = ElectionService {
+        node: g.core,
+        stop: g.stop,
+    };
+    let build = |v: &Value| {
+        Ok(electionpb::ProclaimRequest {
+            leader: leader_key_of(v, "leader")?,
+            value: bytes_of(v, "value")?,
+        })
+    };
+    let write = |r: &electionpb::ProclaimResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| e.proclaim(r), write).await
+}
+
+/// `{"name"}` → `{"header", "kv"}`: the leader's key and the value it proclaims.
+async fn leader(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let e = ElectionService {
+        node: g.core,
+        stop: g.stop,
+    };
+    let build = |v: &Value| {
+        Ok(electionpb::LeaderRequest {
+            name: bytes_of(v, "name")?,
+        })
+    };
+    unary(&headers, &body, build, |r| e.leader(r), leader_resp).await
+}
+
+/// `POST /v3/election/observe` with `{"name"}`: a `{"result": {"header", "kv"}}` line for
+/// the leader and for each change of leader or value, until the client goes away or the
+/// server stops.
+async fn observe(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let e = ElectionService {
+        node: g.core,
+        stop: g.stop,
+    };
+    let responses = async {
+        let name = bytes_of(&parse(&body)?, "name")?;
+        e.observe(request(&headers, electionpb::LeaderRequest { name }))
+            .await
+    };
+    match responses.await {
+        // The service ends the stream at the server's stop.
+        Ok(responses) => lines(responses.into_inner(), leader_resp),
+        Err(s) => error(&s),
+    }
+}
+
+async fn resign(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+    let e = ElectionService {
+        node: g.core,
+        stop: g.stop,
+    };
+    let build = |v: &Value| {
+        Ok(electionpb::ResignRequest {
+            leader: leader_key_of(v, "leader")?,
+        })
+    };
+    let write = |r: &electionpb::ResignResponse| header_only(&r.header);
+    unary(&headers, &body, build, |r| e.resign(r), write).await
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -1320,6 +1488,16 @@ mod tests {
         assert_eq!(uint_of(&v, "ID").unwrap(), 13064775543180735813);
         assert_eq!(uint_of(&v, "n").unwrap(), u64::MAX);
         assert!(uint_of(&json!({"ID": -1}), "ID").is_err());
+    }
+
+    #[test]
+    fn a_leader_key_must_be_an_object() {
+        let v = json!({"leader": {"name": "ZWxl", "rev": "4", "lease": 7}, "bad": "x"});
+        let l = leader_key_of(&v, "leader").unwrap().unwrap();
+        assert_eq!((&l.name[..], l.rev, l.lease), (&b"ele"[..], 4, 7));
+        assert!(leader_key_of(&v, "missing").unwrap().is_none());
+        let e = leader_key_of(&v, "bad").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
 
     #[test]

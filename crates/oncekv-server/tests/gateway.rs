@@ -1,13 +1,14 @@
 //! etcd's JSON gateway with curl: put, range, txn, delete, lease grant, compaction, a
 //! streaming watch, etcd's error form, an exactly-once write through the session
 //! headers, etcd's documented auth flow, users and roles, the cluster and maintenance
-//! routes, lease keep-alives and snapshots as streams, and the `/v3beta` prefix.
+//! routes, lease keep-alives and snapshots as streams, the `/v3beta` prefix, and etcd's
+//! lock and election services.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -47,11 +48,16 @@ fn post(url: &str, body: &Value, headers: &[String]) -> (u16, Value) {
 
 /// `curl -s -X POST URL -d BODY` for a streaming answer → (status, one JSON value a line).
 fn post_lines(url: &str, body: &str) -> (u16, Vec<Value>) {
+    post_lines_for(url, body, 20)
+}
+
+/// As [`post_lines`], for a stream that stays open: what came within `secs` seconds.
+fn post_lines_for(url: &str, body: &str, secs: u32) -> (u16, Vec<Value>) {
     let out = Command::new("curl")
         .args([
             "-s",
             "--max-time",
-            "20",
+            &secs.to_string(),
             "-w",
             "\n%{http_code}",
             "-X",
@@ -69,6 +75,41 @@ fn post_lines(url: &str, body: &str) -> (u16, Vec<Value>) {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     (code.trim().parse().unwrap(), lines)
+}
+
+/// A `post` left running (a request that waits, such as a lock), for [`finish`].
+fn spawn_post(url: &str, body: &Value) -> Child {
+    Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "20",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "POST",
+        ])
+        .args([url, "-d", &body.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The answer of a spawned post, waited for without blocking the runtime.
+async fn finish(mut child: Child) -> (u16, Value) {
+    for _ in 0..300 {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (
+        code.trim().parse().unwrap(),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,5 +641,129 @@ async fn cluster_maintenance_keepalive_and_v3beta_over_http_json() {
         json!({"targetID": other}),
     );
     assert_eq!(moved, json!({}), "{moved}");
+    cluster.inner.shutdown().await;
+}
+
+// etcd's v3lock and v3election services (`/v3/lock/...`, `/v3/election/...`), with the
+// field names a real etcd 3.4 answers, through a follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_and_election_over_http_json() {
+    let cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let base = cluster.endpoint((leader + 1) % 3);
+    let at = |path: &str| format!("{base}{path}");
+    let ok = |path: &str, body: Value| {
+        let (status, v) = post(&at(path), &body, &[]);
+        assert_eq!(status, 200, "{path}: {v}");
+        v
+    };
+    let lease = || {
+        let granted = ok("/v3/lease/grant", json!({"TTL": 60}));
+        granted["ID"].as_str().unwrap().to_string()
+    };
+    let (first_lease, second_lease) = (lease(), lease());
+    let hex = |id: &str| format!("{:x}", id.parse::<i64>().unwrap());
+
+    // A lock is `name/<lease in hex>`; a second waits until the first is unlocked.
+    let first = ok(
+        "/v3/lock/lock",
+        json!({"name": b64("mylock"), "lease": first_lease}),
+    );
+    assert_eq!(first["key"], b64(&format!("mylock/{}", hex(&first_lease))));
+    assert!(first["header"]["revision"].is_string(), "{first}");
+    let mut waiting = spawn_post(
+        &at("/v3/lock/lock"),
+        &json!({"name": b64("mylock"), "lease": second_lease}),
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "the second lock waits"
+    );
+    let unlocked = ok("/v3/lock/unlock", json!({"key": first["key"]}));
+    assert!(unlocked["header"].is_object(), "{unlocked}");
+    let (status, second) = finish(waiting).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(
+        second["key"],
+        b64(&format!("mylock/{}", hex(&second_lease)))
+    );
+    ok("/v3/lock/unlock", json!({"key": second["key"]}));
+
+    // Campaign, leader, proclaim, observe, resign.
+    let campaign = ok(
+        "/v3/election/campaign",
+        json!({"name": b64("ele"), "lease": first_lease, "value": b64("v1")}),
+    );
+    let me = campaign["leader"].clone();
+    assert_eq!(me["name"], b64("ele"), "{campaign}");
+    assert_eq!(me["key"], b64(&format!("ele/{}", hex(&first_lease))));
+    assert_eq!(me["lease"], first_lease.as_str(), "{campaign}");
+    assert!(me["rev"].is_string(), "{campaign}");
+    let led = ok("/v3/election/leader", json!({"name": b64("ele")}));
+    assert_eq!(led["kv"]["key"], me["key"], "{led}");
+    assert_eq!(led["kv"]["value"], b64("v1"), "{led}");
+    assert_eq!(led["kv"]["create_revision"], me["rev"], "{led}");
+    assert_eq!(led["kv"]["lease"], first_lease.as_str(), "{led}");
+    assert!(led["header"]["revision"].is_string(), "{led}");
+
+    let proclaimed = ok(
+        "/v3/election/proclaim",
+        json!({"leader": me, "value": b64("v2")}),
+    );
+    assert!(proclaimed["header"].is_object(), "{proclaimed}");
+    let led = ok("/v3/election/leader", json!({"name": b64("ele")}));
+    assert_eq!(
+        (&led["kv"]["value"], &led["kv"]["version"]),
+        (&json!(b64("v2")), &json!("2")),
+        "{led}"
+    );
+    let (status, observed) = post_lines_for(
+        &at("/v3/election/observe"),
+        &json!({"name": b64("ele")}).to_string(),
+        2,
+    );
+    assert_eq!(status, 200);
+    let current = &observed[0]["result"];
+    assert_eq!(current["kv"]["key"], me["key"], "{observed:?}");
+    assert_eq!(current["kv"]["value"], b64("v2"), "{observed:?}");
+    assert!(current["header"]["revision"].is_string(), "{observed:?}");
+
+    let (status, bad) = post(
+        &at("/v3/election/proclaim"),
+        &json!({"leader": "me", "value": b64("x")}),
+        &[],
+    );
+    assert_eq!((status, &bad["code"]), (400, &json!(3)), "{bad}");
+    let resigned = ok("/v3/election/resign", json!({"leader": me}));
+    assert!(resigned["header"].is_object(), "{resigned}");
+    // etcd's errors for these are plain ones: gRPC Unknown, HTTP 500.
+    let (status, none) = post(
+        &at("/v3/election/leader"),
+        &json!({"name": b64("ele")}),
+        &[],
+    );
+    assert_eq!(
+        (status, &none["code"], &none["error"]),
+        (500, &json!(2), &json!("election: no leader")),
+        "{none}"
+    );
+    let (status, stale) = post(
+        &at("/v3/election/proclaim"),
+        &json!({"leader": me, "value": b64("v3")}),
+        &[],
+    );
+    assert_eq!(
+        (status, &stale["error"]),
+        (500, &json!("election: not leader")),
+        "{stale}"
+    );
+
+    let beta = ok(
+        "/v3beta/lock/lock",
+        json!({"name": b64("beta"), "lease": second_lease}),
+    );
+    assert_eq!(beta["key"], b64(&format!("beta/{}", hex(&second_lease))));
+    ok("/v3beta/lock/unlock", json!({"key": beta["key"]}));
     cluster.inner.shutdown().await;
 }
