@@ -760,7 +760,10 @@ async fn compaction(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -
 }
 
 async fn lease_grant(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let lease = LeaseService { node: g.core };
+    let lease = LeaseService {
+        node: g.core,
+        stop: g.stop,
+    };
     let build = |v: &Value| {
         Ok(pb::LeaseGrantRequest {
             ttl: int_of(v, "TTL")?,
@@ -779,7 +782,10 @@ async fn lease_grant(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) 
 }
 
 async fn lease_revoke(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let lease = LeaseService { node: g.core };
+    let lease = LeaseService {
+        node: g.core,
+        stop: g.stop,
+    };
     let build = |v: &Value| {
         Ok(pb::LeaseRevokeRequest {
             id: int_of(v, "ID")?,
@@ -790,7 +796,10 @@ async fn lease_revoke(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
 }
 
 async fn lease_time_to_live(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let lease = LeaseService { node: g.core };
+    let lease = LeaseService {
+        node: g.core,
+        stop: g.stop,
+    };
     let build = |v: &Value| {
         Ok(pb::LeaseTimeToLiveRequest {
             id: int_of(v, "ID")?,
@@ -818,7 +827,10 @@ async fn lease_time_to_live(State(g): State<Gateway>, headers: HeaderMap, body: 
 }
 
 async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let lease = LeaseService { node: g.core };
+    let lease = LeaseService {
+        node: g.core,
+        stop: g.stop,
+    };
     let write = |r: &pb::LeaseLeasesResponse| {
         let leases = r
             .leases
@@ -838,7 +850,10 @@ async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
 /// etcd's gateway reads the body as it comes; this one reads it whole first.
 async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     use tonic::codec::Codec as _;
-    let lease = LeaseService { node: g.core };
+    let lease = LeaseService {
+        node: g.core,
+        stop: g.stop,
+    };
     let framed = match keep_alive_frames(&body) {
         Ok(framed) => framed,
         Err(s) => return error(&s),

@@ -108,7 +108,11 @@ where
         KvServer::new(KvService { node: core.clone() }).max_decoding_message_size(limit),
     )
     .add_service(
-        LeaseServer::new(LeaseService { node: core.clone() }).max_decoding_message_size(limit),
+        LeaseServer::new(LeaseService {
+            node: core.clone(),
+            stop: stop.clone(),
+        })
+        .max_decoding_message_size(limit),
     )
     .add_service(
         WatchServer::new(WatchService {

@@ -353,3 +353,35 @@ async fn etcd_client_crate_watch_and_compact() {
     assert!(r.canceled(), "{r:?}");
     assert_eq!(r.compact_revision(), r3);
 }
+
+/// Clients hold lease keep-alive and watch streams open for as long as they run (every
+/// Kubernetes API server does); a member that stops ends them instead of waiting out its
+/// shutdown grace (the request timeout, 5 s here) for their clients to close them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_stops_without_waiting_for_open_client_streams() {
+    let _serial = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let mut cluster = TestCluster::start(1, |_| {}).await;
+    cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut c = Client::connect([cluster.endpoint(0)], None).await.unwrap();
+    let lease = c.lease_grant(30, None).await.unwrap().id();
+    let (mut keeper, mut answers) = c.lease_keep_alive(lease).await.unwrap();
+    keeper.keep_alive().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), answers.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.ttl(), 30);
+    let mut events = c.watch("k", None).await.unwrap();
+    c.put("k", "v", None).await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), events.message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(seen.is_some());
+
+    let started = std::time::Instant::now();
+    cluster.stop(0).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the stop took {took:?}");
+}

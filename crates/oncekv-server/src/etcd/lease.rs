@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use oncekv_core::{Op, OpError, OpResponse};
+use tokio::sync::watch;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -18,6 +19,9 @@ use oncekv_proto::SessionMeta;
 #[derive(Debug, Clone)]
 pub struct LeaseService {
     pub node: Arc<NodeCore>,
+    /// The server's stop: a keep-alive stream ends there. Clients hold theirs open for as
+    /// long as they run, and the graceful shutdown would otherwise wait out its grace.
+    pub stop: watch::Receiver<bool>,
 }
 
 #[tonic::async_trait]
@@ -92,7 +96,11 @@ impl Lease for LeaseService {
         let caller = Caller::of(&request);
         let op = Op::LeaseKeepAlive { id: 0 };
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let incoming = request.into_inner();
+        let mut stop = self.stop.clone();
+        let stopping = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let incoming = request.into_inner().take_until(stopping);
         // One response per request, in order. A lease that is gone answers TTL 0, as etcd
         // does, rather than ending the stream.
         let out = incoming.then(move |req| {
