@@ -231,8 +231,8 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
     while !running.is_empty() {
         let failed = futures::future::select_all(running.iter().map(|(_, n)| Box::pin(n.failed())));
         let (stopped, i) = tokio::select! {
-            signal = tokio::signal::ctrl_c() => {
-                signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
+            signal = crate::stop_requested() => {
+                signal?;
                 break;
             }
             (stopped, i, _) = failed => (stopped, i),

@@ -66,6 +66,18 @@ impl Cmd {
 }
 
 /// How `serve`, `dev` and `bench` report a failure.
+/// Resolves at the first SIGINT (ctrl-c) or SIGTERM (what systemd, Kubernetes and `kill`
+/// send to stop a service): the servers then stop gracefully, as etcd does on either. An
+/// error if the signals cannot be listened for.
+pub(crate) async fn stop_requested() -> Result<(), String> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("listening for SIGTERM: {e}"))?;
+    tokio::select! {
+        signal = tokio::signal::ctrl_c() => signal.map_err(|e| format!("waiting for ctrl-c: {e}")),
+        _ = term.recv() => Ok(()),
+    }
+}
+
 fn server_exit(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,

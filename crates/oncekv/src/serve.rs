@@ -990,9 +990,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         node.client_addr, node.client_addr
     );
     tokio::select! {
-        signal = tokio::signal::ctrl_c() => {
-            signal.map_err(|e| format!("waiting for ctrl-c: {e}"))?;
-        }
+        signal = crate::stop_requested() => signal?,
         stopped = node.failed() => {
             node.shutdown().await;
             return match stopped {

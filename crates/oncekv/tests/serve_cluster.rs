@@ -156,3 +156,36 @@ fn a_member_serves_every_listen_client_url_and_lists_every_advertised_one() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// systemd, Kubernetes and `kill` stop a service with SIGTERM: the member stops as it does
+/// on ctrl-c (its servers end their streams, raft shuts down) and exits 0, as etcd does,
+/// rather than dying of the signal.
+#[test]
+fn sigterm_stops_a_member_gracefully() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (client, peer) = (free_port(), free_port());
+    let mut member = serve_member(
+        dir.path(),
+        "n1",
+        (client, peer),
+        &format!("n1=http://127.0.0.1:{peer}"),
+        false,
+        Stdio::piped(),
+    );
+    common::wait_serving(&format!("127.0.0.1:{client}"));
+    let pid = member.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = member.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "SIGTERM ignored");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut member.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(stderr.contains("oncekv: stopping"), "{stderr}");
+}
