@@ -65,7 +65,6 @@ impl Cmd {
     }
 }
 
-/// How `serve`, `dev` and `bench` report a failure.
 /// Resolves at the first SIGINT (ctrl-c) or SIGTERM (what systemd, Kubernetes and `kill`
 /// send to stop a service): the servers then stop gracefully, as etcd does on either. An
 /// error if the signals cannot be listened for.
@@ -78,6 +77,7 @@ pub(crate) async fn stop_requested() -> Result<(), String> {
     }
 }
 
+/// How `serve`, `dev` and `bench` report a failure.
 fn server_exit(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
