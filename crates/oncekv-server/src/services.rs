@@ -91,7 +91,10 @@ pub fn client_incoming(
     crate::tls::accept(guarded, tls).map(|conn| conn.map(crate::authority::SchemeTolerant::new))
 }
 
-async fn stopped(mut stop: watch::Receiver<bool>) {
+/// Resolves once the node is stopping (or gone): what ends a server, and every stream a
+/// client could otherwise hold open through the graceful shutdown. The channel's guard is
+/// dropped inside, so a task awaiting this stays `Send`.
+pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 

@@ -181,15 +181,12 @@ impl Election for ElectionService {
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
         let node = self.node.clone();
         let first = resp.kvs.into_iter().next();
-        let mut stop = self.stop.clone();
+        let stop = self.stop.clone();
         tokio::spawn(async move {
-            let stopped = async {
-                let _ = stop.wait_for(|s| *s).await;
-            };
             // At the stop, dropping `tx` ends the client's stream.
             let end = tokio::select! {
                 end = observe(&node, &r.name, first, revision, &tx) => end,
-                () = stopped => Ok(()),
+                () = crate::services::stopped(stop) => Ok(()),
             };
             if let Err(status) = end {
                 let _ = tx.send(Err(status)).await;

@@ -96,11 +96,9 @@ impl Lease for LeaseService {
         let caller = Caller::of(&request);
         let op = Op::LeaseKeepAlive { id: 0 };
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let mut stop = self.stop.clone();
-        let stopping = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        let incoming = request.into_inner().take_until(stopping);
+        let incoming = request
+            .into_inner()
+            .take_until(crate::services::stopped(self.stop.clone()));
         // One response per request, in order. A lease that is gone answers TTL 0, as etcd
         // does, rather than ending the stream.
         let out = incoming.then(move |req| {
