@@ -106,7 +106,23 @@ pub enum Identified {
 struct Pending {
     leader: NodeId,
     command: Command,
-    reply: oneshot::Sender<Result<Response, ProposeError>>,
+    reply: oneshot::Sender<Result<Response, ForwardError>>,
+}
+
+/// Why a forwarded command got no response from the leader.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The leader could not be dialed, so the command was never sent: it comes back, to
+    /// go to another leader (no copy of it is kept for that case).
+    Unsent { command: Command, reason: String },
+    /// Anything else; the command may have reached the leader.
+    Failed(ProposeError),
+}
+
+impl From<ProposeError> for ForwardError {
+    fn from(e: ProposeError) -> Self {
+        ForwardError::Failed(e)
+    }
 }
 
 /// Handle for forwarding commands to the leader in batches.
@@ -186,7 +202,7 @@ impl Forwarder {
         leader: NodeId,
         command: Command,
         timeout: Duration,
-    ) -> Result<Response, ProposeError> {
+    ) -> Result<Response, ForwardError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Pending {
@@ -198,8 +214,8 @@ impl Forwarder {
             .map_err(|_| ProposeError::Stopped)?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(ProposeError::Stopped),
-            Err(_) => Err(ProposeError::Timeout),
+            Ok(Err(_)) => Err(ProposeError::Stopped.into()),
+            Err(_) => Err(ProposeError::Timeout.into()),
         }
     }
 
@@ -326,7 +342,7 @@ async fn run(
             match result {
                 Ok(responses) if responses.len() == n => {
                     for (reply, r) in replies.into_iter().zip(responses) {
-                        let _ = reply.send(r);
+                        let _ = reply.send(r.map_err(ForwardError::Failed));
                     }
                 }
                 Ok(responses) => {
@@ -335,12 +351,18 @@ async fn run(
                         responses.len()
                     ));
                     for reply in replies {
-                        let _ = reply.send(Err(err.clone()));
+                        let _ = reply.send(Err(err.clone().into()));
                     }
                 }
-                Err(err) => {
+                Err(Batch::Unsent(commands, reason)) => {
+                    for (reply, command) in replies.into_iter().zip(commands) {
+                        let reason = reason.clone();
+                        let _ = reply.send(Err(ForwardError::Unsent { command, reason }));
+                    }
+                }
+                Err(Batch::Failed(err)) => {
                     for reply in replies {
-                        let _ = reply.send(Err(err.clone()));
+                        let _ = reply.send(Err(err.clone().into()));
                     }
                 }
             }
@@ -348,15 +370,28 @@ async fn run(
     }
 }
 
+/// Why a batch got no per-command results.
+enum Batch {
+    /// The leader could not be dialed: the commands, unsent, and why.
+    Unsent(Vec<Command>, String),
+    Failed(ProposeError),
+}
+
 /// One `Forward` RPC carrying `commands`; the leader's per-command results.
 async fn send(
     route: &Route,
     leader: NodeId,
     commands: Vec<Command>,
-) -> Result<Vec<Result<Response, ProposeError>>, ProposeError> {
-    match forward_rpc_once(route, leader, &Forwarded::ProposeBatch(commands)).await? {
-        ForwardedReply::Responses(r) => Ok(r),
-        other => Err(unexpected(&other)),
+) -> Result<Vec<Result<Response, ProposeError>>, Batch> {
+    let request = Forwarded::ProposeBatch(commands);
+    match forward_rpc_once(route, leader, &request).await {
+        Ok(ForwardedReply::Responses(r)) => Ok(r),
+        Ok(other) => Err(Batch::Failed(unexpected(&other))),
+        Err(ProposeError::PeerUnreachable(reason)) => match request {
+            Forwarded::ProposeBatch(commands) => Err(Batch::Unsent(commands, reason)),
+            _ => Err(Batch::Failed(ProposeError::NoLeader)),
+        },
+        Err(e) => Err(Batch::Failed(e)),
     }
 }
 

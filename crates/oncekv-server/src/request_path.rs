@@ -26,7 +26,7 @@ use openraft::RaftMetrics;
 
 use crate::config::NodeConfig;
 use crate::error::{ApiError, ProposeError};
-use crate::forwarder::{Forwarded, ForwardedReply, Forwarder, Identified};
+use crate::forwarder::{ForwardError, Forwarded, ForwardedReply, Forwarder, Identified};
 use crate::log_store::{LogStore, TornTail};
 use crate::membership::Identity;
 use crate::metrics::{NodeMetrics, SharedMetrics};
@@ -545,16 +545,17 @@ impl NodeCore {
             }) if leader != self.id => {
                 let sent = self
                     .forwarder
-                    .forward(leader, command.clone(), self.config.request_timeout)
+                    .forward(leader, command, self.config.request_timeout)
                     .await;
                 match sent {
+                    Ok(response) => Ok(response),
                     // The leader could not be dialed, so the command was not sent: a
                     // leader that crashed is still the one this member knows until the
                     // others elect a new one, so wait for that and send it there once.
-                    Err(ProposeError::PeerUnreachable(_)) => {
+                    Err(ForwardError::Unsent { command, .. }) => {
                         self.propose_after(leader, command).await
                     }
-                    other => other,
+                    Err(ForwardError::Failed(e)) => Err(e),
                 }
             }
             Err(ProposeError::NotLeader { leader: None }) => Err(ProposeError::NoLeader),
@@ -576,17 +577,19 @@ impl NodeCore {
         let leader = leader_other_than(&self.raft, failover_wait(&self.config), Some(gone)).await;
         let result = match leader {
             Some(leader) if leader == self.id => self.propose_local(command).await,
-            Some(leader) => {
-                self.forwarder
-                    .forward(leader, command, self.config.request_timeout)
-                    .await
-            }
+            Some(leader) => match self
+                .forwarder
+                .forward(leader, command, self.config.request_timeout)
+                .await
+            {
+                Ok(response) => Ok(response),
+                Err(ForwardError::Unsent { .. }) => Err(ProposeError::NoLeader),
+                Err(ForwardError::Failed(e)) => Err(e),
+            },
             None => Err(ProposeError::NoLeader),
         };
         result.map_err(|e| match e {
-            ProposeError::PeerUnreachable(_) | ProposeError::NotLeader { .. } => {
-                ProposeError::NoLeader
-            }
+            ProposeError::NotLeader { .. } => ProposeError::NoLeader,
             other => other,
         })
     }
