@@ -46,6 +46,7 @@
 
 pub mod auth;
 pub mod command;
+pub mod encoding;
 pub mod fingerprint;
 pub mod history;
 pub mod kv;

@@ -33,7 +33,7 @@ use crate::error::ProposeError;
 use crate::membership::{Changed, MemberChange, MembershipError};
 use crate::network::PeerChannels;
 use crate::pb::oncekv::ForwardRequest;
-use crate::peer_wire::{CallError, Method};
+use crate::peer_wire::{CallError, Frame, Method};
 use crate::proposer::next_batch;
 use crate::types::{Member, NodeId};
 
@@ -423,10 +423,10 @@ async fn forward_rpc_once(
     req: &Forwarded,
 ) -> Result<ForwardedReply, ProposeError> {
     let url = route.peer_url(leader).ok_or(ProposeError::NoLeader)?;
-    let payload = postcard::to_allocvec(req).map_err(|e| ProposeError::Internal(e.to_string()))?;
+    let frame = Frame::encode(Method::Forward, req).map_err(ProposeError::Internal)?;
     let reply = route
         .peers
-        .call(&url, Method::Forward, &payload, route.timeout)
+        .call(&url, &frame, route.timeout)
         .await
         .map_err(|e| match e {
             CallError::Unreachable(e) => ProposeError::PeerUnreachable(e),

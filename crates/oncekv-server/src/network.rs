@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::pb::oncekv::raft_client::RaftClient;
-use crate::peer_wire::{CallError, Dialer, Method, WirePool};
+use crate::peer_wire::{CallError, Dialer, Frame, Method, WirePool};
 use crate::transport::Connector;
 #[cfg(feature = "sim")]
 use crate::transport::{Duplicator, MessageKind};
@@ -153,14 +153,13 @@ impl PeerChannels {
         Ok(ch)
     }
 
-    /// Sends `payload` as `method` to the member at `url` over a framed connection and
-    /// returns the answer's payload. Only once this member knows its identity (every
+    /// Sends `frame` to the member at `url` over a framed connection and returns the
+    /// answer's payload. Only once this member knows its identity (every
     /// framed connection names the sender's cluster and member).
     pub async fn call(
         &self,
         url: &str,
-        method: Method,
-        payload: &[u8],
+        frame: &Frame,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         let hello = *self.identity.get().ok_or_else(|| {
@@ -174,23 +173,17 @@ impl PeerChannels {
         // Simulation only: the network may deliver this message a second time, later;
         // the copy's reply goes nowhere (the caller sent one request and sees one answer).
         #[cfg(feature = "sim")]
-        if let Some(delay) = self.duplicate(method.kind()) {
-            let (peers, url, copy, dialer) = (
-                self.clone(),
-                url.to_string(),
-                payload.to_vec(),
-                dialer.clone(),
-            );
+        if let Some(delay) = self.duplicate(frame.method().kind()) {
+            let (peers, url, copy, dialer) =
+                (self.clone(), url.to_string(), frame.clone(), dialer.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = (peers.wire)
-                    .call(&dialer, &url, hello, method, &copy, timeout)
+                    .call(&dialer, &url, hello, &copy, timeout)
                     .await;
             });
         }
-        self.wire
-            .call(&dialer, url, hello, method, payload, timeout)
-            .await
+        self.wire.call(&dialer, url, hello, frame, timeout).await
     }
 
     pub fn raft_client(&self, url: &str) -> Result<RaftClient<Channel>, String> {
@@ -238,9 +231,9 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let payload =
-            postcard::to_allocvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let reply = match self.peers.call(&self.url, method, &payload, timeout).await {
+        let frame = Frame::encode(method, req)
+            .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?;
+        let reply = match self.peers.call(&self.url, &frame, timeout).await {
             Ok(reply) => reply,
             // Unreachable makes openraft back off instead of retrying at once; so does a
             // member that refuses to vote yet.
@@ -282,7 +275,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let sizes: Vec<usize> = rpc
             .entries
             .iter()
-            .map(|e| postcard::to_allocvec(e).map_or(budget, |v| v.len()))
+            .map(|e| postcard::experimental::serialized_size(e).unwrap_or(budget))
             .collect();
         if sizes.iter().sum::<usize>() <= budget {
             return self.call(Method::Append, &rpc, option.hard_ttl()).await;

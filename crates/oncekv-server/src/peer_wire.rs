@@ -148,19 +148,18 @@ pub struct WirePool {
 }
 
 impl WirePool {
-    /// Sends `payload` as `method` to the member at `url` and returns its answer's
+    /// Sends `frame` to the member at `url` and returns its answer's
     /// payload, all within `timeout`. `hello` is this member's (cluster id, member id).
     pub async fn call(
         &self,
         dial: &Dialer,
         url: &str,
         hello: (u64, u64),
-        method: Method,
-        payload: &[u8],
+        frame: &Frame,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let frame = request_frame(method, payload)?;
+        let method = frame.method;
         let mut conn = match self.take(url) {
             Some(conn) => conn,
             None => tokio::time::timeout_at(deadline, self.connection(dial, url, hello))
@@ -169,7 +168,8 @@ impl WirePool {
         };
         loop {
             let exchanged =
-                tokio::time::timeout_at(deadline, conn.exchange(&frame, dial.max_message)).await;
+                tokio::time::timeout_at(deadline, conn.exchange(&frame.bytes, dial.max_message))
+                    .await;
             match exchanged {
                 Ok(Ok(reply)) => {
                     self.put_back(url, conn);
@@ -369,14 +369,51 @@ impl Dialer {
     }
 }
 
-fn request_frame(method: Method, payload: &[u8]) -> Result<Vec<u8>, CallError> {
-    let len = u32::try_from(payload.len())
-        .map_err(|_| CallError::Broken(format!("a {} byte message", payload.len())))?;
-    let mut frame = Vec::with_capacity(5 + payload.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.push(method as u8);
-    frame.extend_from_slice(payload);
-    Ok(frame)
+/// A request as it goes on the wire: `len | method | payload`, in one buffer allocated
+/// at its exact size (the payload is postcard-encoded straight into it, so an append of
+/// many entries is neither grown step by step nor copied into a frame afterwards).
+#[derive(Debug, Clone)]
+pub struct Frame {
+    method: Method,
+    bytes: Vec<u8>,
+}
+
+impl Frame {
+    /// `value` as a `method` request.
+    pub fn encode<T: serde::Serialize + ?Sized>(
+        method: Method,
+        value: &T,
+    ) -> Result<Frame, String> {
+        let mut too_long = None;
+        let bytes = oncekv_core::encoding::encode_after(value, |len| {
+            let header = u32::try_from(len).unwrap_or_else(|_| {
+                too_long = Some(len);
+                0
+            });
+            let mut head = Vec::with_capacity(5 + len);
+            head.extend_from_slice(&header.to_le_bytes());
+            head.push(method as u8);
+            head
+        })
+        .map_err(|e| e.to_string())?;
+        match too_long {
+            Some(len) => Err(format!("a {len} byte message")),
+            None => Ok(Frame { method, bytes }),
+        }
+    }
+
+    /// A request whose payload is already encoded (tests send arbitrary bytes).
+    #[cfg(test)]
+    fn raw(method: Method, payload: &[u8]) -> Frame {
+        let mut bytes = (payload.len() as u32).to_le_bytes().to_vec();
+        bytes.push(method as u8);
+        bytes.extend_from_slice(payload);
+        Frame { method, bytes }
+    }
+
+    pub fn method(&self) -> Method {
+        self.method
+    }
 }
 
 /// A connection whose first bytes were read to tell framed from gRPC, handed to the gRPC
@@ -621,8 +658,7 @@ mod tests {
                     &dialer(),
                     &url,
                     (7, 1),
-                    Method::Append,
-                    &[i],
+                    &Frame::raw(Method::Append, &[i]),
                     Duration::from_secs(5),
                 )
                 .await
@@ -650,8 +686,7 @@ mod tests {
                     &dialer(),
                     &url,
                     (7, 1),
-                    method,
-                    b"m",
+                    &Frame::raw(method, b"m"),
                     Duration::from_secs(5),
                 )
                 .await
@@ -666,15 +701,17 @@ mod tests {
         // The member answers its first request after the caller's deadline.
         let (url, accepted) = echo_member(usize::MAX, Duration::from_millis(300)).await;
         let (pool, dialer) = (WirePool::default(), dialer());
-        let call = |payload: &'static [u8], timeout| {
-            pool.call(&dialer, &url, (7, 1), Method::Append, payload, timeout)
-        };
-        let err = call(b"first", Duration::from_millis(100))
+        let (first, second) = (
+            Frame::raw(Method::Append, b"first"),
+            Frame::raw(Method::Append, b"second"),
+        );
+        let call = |frame, timeout| pool.call(&dialer, &url, (7, 1), frame, timeout);
+        let err = call(&first, Duration::from_millis(100))
             .await
             .expect_err("answered after the deadline");
         assert!(matches!(err, CallError::Timeout), "{err}");
         // The next call on the same connection gets its own answer, not the late one.
-        let reply = call(b"second", Duration::from_secs(5)).await.expect("call");
+        let reply = call(&second, Duration::from_secs(5)).await.expect("call");
         assert_eq!(reply, b"second\x01");
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
@@ -692,8 +729,7 @@ mod tests {
                     &dialer(),
                     &url,
                     (7, 1),
-                    Method::Append,
-                    b"hb",
+                    &Frame::raw(Method::Append, b"hb"),
                     Duration::from_millis(20),
                 )
                 .await
@@ -713,7 +749,8 @@ mod tests {
             .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let (pool, dialer) = (WirePool::default(), dialer());
-        let vote = |timeout| pool.call(&dialer, &url, (7, 1), Method::Vote, b"v", timeout);
+        let frame = Frame::raw(Method::Vote, b"v");
+        let vote = |timeout| pool.call(&dialer, &url, (7, 1), &frame, timeout);
         let err = vote(Duration::from_millis(200))
             .await
             .expect_err("no answer");

@@ -229,7 +229,8 @@ fn decode<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Status> {
-    postcard::to_allocvec(value).map_err(|e| Status::internal(format!("encoding raft reply: {e}")))
+    oncekv_core::encoding::encode(value)
+        .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))
 }
 
 /// Serves one peer call, whichever way it came: `payload` is the postcard request of

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use oncekv_core::waiting_list::{WaitError, WaitingList};
 
-use crate::disk::{Disk, write_atomically};
+use crate::disk::{Disk, write_atomically_parts};
 use crate::error::ProposeError;
 
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
@@ -142,14 +142,33 @@ pub(crate) struct SnapshotFile {
     pub(crate) data: Vec<u8>,
 }
 
-/// The snapshot file's bytes: magic, CRC-32 of the body, the body.
-pub(crate) fn encode_snapshot_file(file: &SnapshotFile) -> Result<Vec<u8>, String> {
-    let body = postcard::to_allocvec(file).map_err(|e| e.to_string())?;
-    let mut bytes = Vec::with_capacity(body.len() + 8);
-    bytes.extend_from_slice(SNAPSHOT_MAGIC);
-    bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    bytes.extend_from_slice(&body);
+/// The snapshot file's bytes: magic, CRC-32 of the body, the body (postcard of a
+/// [`SnapshotFile`]).
+pub(crate) fn encode_snapshot_file(
+    meta: &SnapshotMeta<NodeId, Member>,
+    data: &[u8],
+) -> Result<Vec<u8>, String> {
+    let head = snapshot_file_head(meta, data)?;
+    let mut bytes = Vec::with_capacity(head.len() + data.len());
+    bytes.extend_from_slice(&head);
+    bytes.extend_from_slice(data);
     Ok(bytes)
+}
+
+/// The snapshot file up to the image, which follows it as it is: written after this, the
+/// image (hundreds of MB with a long history) is never copied into a file buffer.
+/// postcard encodes a byte vector as its length and then its bytes, so the metadata and
+/// the image's length, then the image, are exactly the [`SnapshotFile`] they decode to.
+fn snapshot_file_head(meta: &SnapshotMeta<NodeId, Member>, data: &[u8]) -> Result<Vec<u8>, String> {
+    let fields = oncekv_core::encoding::encode(&(meta, data.len())).map_err(|e| e.to_string())?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&fields);
+    crc.update(data);
+    let mut head = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + fields.len());
+    head.extend_from_slice(SNAPSHOT_MAGIC);
+    head.extend_from_slice(&crc.finalize().to_le_bytes());
+    head.extend_from_slice(&fields);
+    Ok(head)
 }
 
 /// openraft's state machine storage.
@@ -261,15 +280,12 @@ impl SmStore {
         if *persisted > meta.last_log_id {
             return Ok(0);
         }
-        let bytes = encode_snapshot_file(&SnapshotFile {
-            meta: meta.clone(),
-            data: data.to_vec(),
-        })?;
+        let head = snapshot_file_head(meta, data)?;
         let path = self.dir.join(SNAPSHOT_FILE);
-        write_atomically(&*self.disk, &path, &bytes)
+        write_atomically_parts(&*self.disk, &path, &[&head, data])
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         *persisted = meta.last_log_id;
-        Ok(bytes.len() as u64)
+        Ok((head.len() + data.len()) as u64)
     }
 }
 
@@ -285,7 +301,15 @@ pub(crate) fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String>
     if crc32fast::hash(body) != want {
         return Err("checksum mismatch (corrupt snapshot file)".into());
     }
-    postcard::from_bytes(body).map_err(|e| format!("undecodable snapshot file: {e}"))
+    // The image is taken whole from what follows its length (decoding it as a sequence
+    // of bytes would go a byte at a time).
+    let ((meta, len), image): ((SnapshotMeta<NodeId, Member>, usize), _) =
+        postcard::take_from_bytes(body).map_err(|e| format!("undecodable snapshot file: {e}"))?;
+    let data = image
+        .get(..len)
+        .ok_or("truncated snapshot file (the image is cut short)")?
+        .to_vec();
+    Ok(SnapshotFile { meta, data })
 }
 
 impl RaftStateMachine<TypeConfig> for SmStore {
@@ -448,5 +472,48 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
         tokio::task::spawn_blocking(move || store.build_snapshot_blocking())
             .await
             .map_err(|e| sm_err(format!("the snapshot task failed: {e}")))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The file is written in two parts (the head, then the image as it is); its bytes are
+    /// still postcard's encoding of the whole [`SnapshotFile`], so files written before
+    /// and after read alike.
+    #[test]
+    fn the_snapshot_file_is_the_encoding_of_the_whole_record() {
+        let meta = SnapshotMeta {
+            last_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(3, 1), 42)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "3-1-42".into(),
+        };
+        for len in [0usize, 1, 127, 128, 300_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let file = encode_snapshot_file(&meta, &data).unwrap();
+            let whole = postcard::to_allocvec(&SnapshotFile {
+                meta: meta.clone(),
+                data: data.clone(),
+            })
+            .unwrap();
+            assert_eq!(file[..4], SNAPSHOT_MAGIC[..]);
+            assert_eq!(file[4..8], crc32fast::hash(&whole).to_le_bytes());
+            assert_eq!(file[8..], whole[..], "len {len}");
+            let back = decode_snapshot_file(&file).unwrap();
+            assert_eq!((back.meta, back.data), (meta.clone(), data));
+        }
+        // An image cut short is refused, not read as a shorter one.
+        let mut file = encode_snapshot_file(&meta, &[9u8; 1000]).unwrap();
+        file.truncate(file.len() - 10);
+        let body = file[8..].to_vec();
+        file[4..8].copy_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        assert!(
+            decode_snapshot_file(&file)
+                .unwrap_err()
+                .contains("truncated")
+        );
     }
 }

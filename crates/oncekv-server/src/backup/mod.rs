@@ -125,7 +125,7 @@ pub fn current(applied: &Applied, dir: &Path) -> Result<(std::fs::File, u64), St
     // The key space goes into etcd's `key` bucket only: the copy is about the size of
     // etcd's, not twice it.
     let data = copy.snapshot_without_keys().map_err(|e| e.to_string())?;
-    let image = encode_snapshot_file(&SnapshotFile { meta, data })?;
+    let image = encode_snapshot_file(&meta, &data)?;
     let io = |e: std::io::Error| format!("writing the copy in {}: {e}", dir.display());
     let file = tempfile::tempfile_in(dir).map_err(io)?;
     let out = std::io::BufWriter::with_capacity(1 << 20, file);
@@ -384,7 +384,7 @@ pub fn restore(
         snapshot_id: format!("restored-{index}"),
     };
     let restored = SnapshotFile { meta, data };
-    let out = encode_snapshot_file(&restored)?;
+    let out = encode_snapshot_file(&restored.meta, &restored.data)?;
     let state_dir = data_dir.join("state");
     disk.create_dir_all(&state_dir)
         .map_err(|e| format!("creating {}: {e}", state_dir.display()))?;
@@ -417,11 +417,8 @@ mod tests {
     #[test]
     fn an_earlier_copy_opens_back() {
         for len in [0usize, 1, 100, 503, 504, 505, 5000] {
-            let file = encode_snapshot_file(&SnapshotFile {
-                meta: SnapshotMeta::default(),
-                data: vec![7u8; len],
-            })
-            .expect("encodes");
+            let file =
+                encode_snapshot_file(&SnapshotMeta::default(), &vec![7u8; len]).expect("encodes");
             let sealed = seal(file.clone());
             assert_eq!(sealed.len() % PAGE, SHA_LEN, "len {len}");
             assert_eq!(unseal(&sealed), Ok(file.as_slice()));

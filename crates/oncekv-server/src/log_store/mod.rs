@@ -371,7 +371,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
     {
         let mut encoded = Vec::new();
         for entry in entries {
-            let payload = Bytes::from(postcard::to_stdvec(&entry)?);
+            let payload = Bytes::from(oncekv_core::encoding::encode(&entry)?);
             encoded.push((entry.get_log_id().clone(), payload));
         }
         if let Some((id, p)) = encoded
