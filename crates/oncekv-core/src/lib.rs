@@ -68,7 +68,7 @@ pub use command::{
 };
 pub use history::{Event, EventBatch, EventKind, ReadLimit};
 pub use session::{SavedReply, Secret, SessionError, SessionTable};
-pub use snapshot::{ImportedState, SnapshotError};
+pub use snapshot::{ImportedState, SnapshotError, SnapshotView};
 #[cfg(feature = "sim")]
 pub use state_machine::SimProbe;
 pub use state_machine::{Expired, StateMachine, Stats};

@@ -94,6 +94,41 @@ struct ImageRef<'a> {
     nonces: Vec<(u64, u128)>,
 }
 
+/// The whole state ready to encode (see [`StateMachine::snapshot_view`]): the magic,
+/// then the image, the alarms, and the auth store with the keys' owners. postcard
+/// encodes a tuple, and a byte array, as their elements in turn, so this is the magic's
+/// four bytes followed by the three parts, with nothing between them.
+pub struct SnapshotView<'a> {
+    magic: [u8; 4],
+    image: ImageRef<'a>,
+    alarms: Vec<(u64, AlarmKind)>,
+    auth: &'a AuthStore,
+    owners: Vec<(&'a u64, &'a String)>,
+}
+
+impl std::fmt::Debug for SnapshotView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotView")
+            .field("applied_index", &self.image.applied_index)
+            .field("revision", &self.image.revision)
+            .field("keys", &self.image.kvs.len())
+            .field("changes", &self.image.history.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Serialize for SnapshotView<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (
+            &self.magic,
+            &self.image,
+            &self.alarms,
+            (self.auth, &self.owners),
+        )
+            .serialize(serializer)
+    }
+}
+
 /// Owned form, same field order and types, for decoding.
 #[derive(Deserialize)]
 struct Image {
@@ -125,35 +160,41 @@ impl StateMachine {
         self.encode(false)
     }
 
-    fn encode(&self, with_keys: bool) -> Result<Vec<u8>, SnapshotError> {
+    /// The state as one value whose postcard encoding is [`snapshot`](Self::snapshot)'s
+    /// bytes, for writing a snapshot out without holding those bytes (hundreds of MB
+    /// with a long history) in memory.
+    pub fn snapshot_view(&self) -> SnapshotView<'_> {
+        self.view(true)
+    }
+
+    fn view(&self, with_keys: bool) -> SnapshotView<'_> {
         let (kvs, history, magic) = if with_keys {
             (self.kv.iter().collect(), self.kv.history().changes(), MAGIC)
         } else {
             (Vec::new(), Changes::none(), MAGIC_KEYLESS)
         };
-        let image = ImageRef {
-            settings: self.settings,
-            applied_index: self.applied_index,
-            cluster_time: self.cluster_time,
-            revision: self.kv.revision(),
-            kvs,
-            compacted: self.kv.compacted_revision(),
-            history,
-            leases: self.leases.iter().collect(),
-            sessions: self.sessions.sorted(),
-            nonces: self.sessions.sorted_nonces(),
-        };
-        let alarms: Vec<(u64, AlarmKind)> = self.alarms.iter().copied().collect();
-        let owners: Vec<(&u64, &String)> = self.owners.iter().collect();
-        // The three parts follow each other (postcard encodes a tuple as its elements in
-        // turn), in one buffer of the image's exact size: an image of hundreds of MB
-        // grown by doubling cost the member seconds of page clearing at each snapshot.
-        let parts = (&image, &alarms, (&self.auth, &owners));
-        Ok(encoding::encode_after(&parts, |len| {
-            let mut out = Vec::with_capacity(magic.len() + len);
-            out.extend_from_slice(magic);
-            out
-        })?)
+        SnapshotView {
+            magic: *magic,
+            image: ImageRef {
+                settings: self.settings,
+                applied_index: self.applied_index,
+                cluster_time: self.cluster_time,
+                revision: self.kv.revision(),
+                kvs,
+                compacted: self.kv.compacted_revision(),
+                history,
+                leases: self.leases.iter().collect(),
+                sessions: self.sessions.sorted(),
+                nonces: self.sessions.sorted_nonces(),
+            },
+            alarms: self.alarms.iter().copied().collect(),
+            auth: &self.auth,
+            owners: self.owners.iter().collect(),
+        }
+    }
+
+    fn encode(&self, with_keys: bool) -> Result<Vec<u8>, SnapshotError> {
+        Ok(encoding::encode(&self.view(with_keys))?)
     }
 
     /// Decodes a [`snapshot`](Self::snapshot). Fails, changing nothing, on bytes that are

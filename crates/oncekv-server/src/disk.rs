@@ -176,19 +176,21 @@ impl ReadAt for File {
 /// Writes `bytes` to `path` so that a crash leaves either the old file or the new one:
 /// temporary file, `fsync`, rename over `path`, `fsync` of the directory.
 pub fn write_atomically(disk: &dyn Disk, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_atomically_parts(disk, path, &[bytes])
+    write_atomically_with(disk, path, |f| f.write_all(bytes))
 }
 
-/// [`write_atomically`] of `parts` one after the other.
-pub fn write_atomically_parts(disk: &dyn Disk, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+/// [`write_atomically`] of what `write` writes.
+pub fn write_atomically_with(
+    disk: &dyn Disk,
+    path: &Path,
+    write: impl FnOnce(&mut dyn AppendFile) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(".tmp");
     let tmp = Path::new(&tmp_name);
     let mut f = disk.create(tmp)?;
-    for part in parts {
-        f.write_all(part)?;
-    }
+    write(&mut *f)?;
     f.sync_data()?;
     drop(f);
     disk.rename(tmp, path)?;

@@ -11,7 +11,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use oncekv_core::StateMachine;
+use oncekv_core::{SnapshotView, StateMachine};
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{AnyError, EntryPayload, RaftSnapshotBuilder, StorageIOError, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use oncekv_core::waiting_list::{WaitError, WaitingList};
 
-use crate::disk::{Disk, write_atomically_parts};
+use crate::disk::{AppendFile, Disk, write_atomically_with};
 use crate::error::ProposeError;
 
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
@@ -148,22 +148,143 @@ pub(crate) fn encode_snapshot_file(
     meta: &SnapshotMeta<NodeId, Member>,
     data: &[u8],
 ) -> Result<Vec<u8>, String> {
-    let head = snapshot_file_head(meta, data)?;
+    let head = snapshot_file_head(meta, &Image::Bytes(data))?;
     let mut bytes = Vec::with_capacity(head.len() + data.len());
     bytes.extend_from_slice(&head);
     bytes.extend_from_slice(data);
     Ok(bytes)
 }
 
-/// The snapshot file up to the image, which follows it as it is: written after this, the
-/// image (hundreds of MB with a long history) is never copied into a file buffer.
-/// postcard encodes a byte vector as its length and then its bytes, so the metadata and
-/// the image's length, then the image, are exactly the [`SnapshotFile`] they decode to.
-fn snapshot_file_head(meta: &SnapshotMeta<NodeId, Member>, data: &[u8]) -> Result<Vec<u8>, String> {
-    let fields = oncekv_core::encoding::encode(&(meta, data.len())).map_err(|e| e.to_string())?;
+/// The state machine image a snapshot file holds: encoded already (one received from the
+/// leader), or the state itself, encoded as it is written.
+enum Image<'a> {
+    Bytes(&'a [u8]),
+    View(&'a SnapshotView<'a>, usize),
+}
+
+impl Image<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Image::Bytes(b) => b.len(),
+            Image::View(_, len) => *len,
+        }
+    }
+
+    fn checksum_into(&self, crc: &mut crc32fast::Hasher) -> Result<(), String> {
+        match self {
+            Image::Bytes(b) => crc.update(b),
+            Image::View(view, _) => {
+                postcard::serialize_with_flavor(*view, Checksum(crc)).map_err(|e| e.to_string())?
+            }
+        }
+        Ok(())
+    }
+
+    fn write_to(&self, file: &mut dyn AppendFile) -> std::io::Result<()> {
+        match self {
+            Image::Bytes(b) => file.write_all(b),
+            Image::View(view, _) => {
+                let mut failed = None;
+                let out = ToFile {
+                    file,
+                    buf: Vec::with_capacity(WRITE_BUFFER),
+                    failed: &mut failed,
+                };
+                match postcard::serialize_with_flavor(*view, out) {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(failed.unwrap_or_else(|| std::io::Error::other(e))),
+                }
+            }
+        }
+    }
+}
+
+/// Feeds an encoding to a CRC-32 instead of keeping it.
+struct Checksum<'a>(&'a mut crc32fast::Hasher);
+
+impl postcard::ser_flavors::Flavor for Checksum<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.update(&[byte]);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.update(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// How much of an image is gathered before it is written to the file.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// Writes an encoding to a file through a buffer of [`WRITE_BUFFER`] bytes; a failed
+/// write stops the encoding and is kept in `failed`.
+struct ToFile<'a> {
+    file: &'a mut dyn AppendFile,
+    buf: Vec<u8>,
+    failed: &'a mut Option<std::io::Error>,
+}
+
+impl ToFile<'_> {
+    fn flush(&mut self) -> postcard::Result<()> {
+        if let Err(e) = self.file.write_all(&self.buf) {
+            *self.failed = Some(e);
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl postcard::ser_flavors::Flavor for ToFile<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        if self.buf.len() == WRITE_BUFFER {
+            self.flush()?;
+        }
+        self.buf.push(byte);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        if self.buf.len() + bytes.len() > WRITE_BUFFER {
+            self.flush()?;
+        }
+        if bytes.len() >= WRITE_BUFFER {
+            if let Err(e) = self.file.write_all(bytes) {
+                *self.failed = Some(e);
+                return Err(postcard::Error::SerializeBufferFull);
+            }
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    fn finalize(mut self) -> postcard::Result<()> {
+        self.flush()
+    }
+}
+
+/// The snapshot file up to the image, which follows it: the image is never copied into
+/// a file buffer of its own (hundreds of MB with a long history). postcard encodes a byte
+/// vector as its length and then its bytes, so the metadata and the image's length, then
+/// the image, are exactly the [`SnapshotFile`] they decode to.
+fn snapshot_file_head(
+    meta: &SnapshotMeta<NodeId, Member>,
+    image: &Image,
+) -> Result<Vec<u8>, String> {
+    let fields = oncekv_core::encoding::encode(&(meta, image.len())).map_err(|e| e.to_string())?;
     let mut crc = crc32fast::Hasher::new();
     crc.update(&fields);
-    crc.update(data);
+    image.checksum_into(&mut crc)?;
     let mut head = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + fields.len());
     head.extend_from_slice(SNAPSHOT_MAGIC);
     head.extend_from_slice(&crc.finalize().to_le_bytes());
@@ -275,17 +396,20 @@ impl SmStore {
 
     /// Writes the snapshot file durably (temp file, fsync, rename, fsync dir), unless a
     /// newer one is already there. Returns the file size.
-    fn persist(&self, meta: &SnapshotMeta<NodeId, Member>, data: &[u8]) -> Result<u64, String> {
+    fn persist(&self, meta: &SnapshotMeta<NodeId, Member>, image: &Image) -> Result<u64, String> {
         let mut persisted = self.persisted.lock().unwrap_or_else(|p| p.into_inner());
         if *persisted > meta.last_log_id {
             return Ok(0);
         }
-        let head = snapshot_file_head(meta, data)?;
+        let head = snapshot_file_head(meta, image)?;
         let path = self.dir.join(SNAPSHOT_FILE);
-        write_atomically_parts(&*self.disk, &path, &[&head, data])
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        write_atomically_with(&*self.disk, &path, |file| {
+            file.write_all(&head)?;
+            image.write_to(file)
+        })
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
         *persisted = meta.last_log_id;
-        Ok((head.len() + data.len()) as u64)
+        Ok((head.len() + image.len()) as u64)
     }
 }
 
@@ -392,7 +516,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             o.prepare(&mut sm);
         }
         let size = self
-            .persist(meta, &data)
+            .persist(meta, &Image::Bytes(&data))
             .map_err(|e| snap_err(Some(meta), e))?;
         let (index, revision) = {
             let mut inner = self.applied.write();
@@ -437,23 +561,30 @@ impl SmStore {
                 inner.membership.clone(),
             )
         };
-        let data = sm.snapshot().map_err(sm_err)?;
-        drop(sm);
+        // Encoded as it is written (after a pass that measures it and one that checksums
+        // it, since both go in front): never held whole in memory, where an image of
+        // hundreds of MB cost each member seconds of fresh pages at every snapshot.
+        let view = sm.snapshot_view();
+        let len = postcard::experimental::serialized_size(&view).map_err(sm_err)?;
         let meta = SnapshotMeta {
             last_log_id: last,
             last_membership: membership,
             snapshot_id: match last {
-                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
-                None => format!("empty-{}", data.len()),
+                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, len),
+                None => format!("empty-{len}"),
             },
         };
         let size = self
-            .persist(&meta, &data)
+            .persist(&meta, &Image::View(&view, len))
             .map_err(|e| snap_err(Some(&meta), e))?;
+        drop(view);
+        drop(sm);
         self.applied.write().snapshot_bytes = size;
+        // openraft 0.9 keeps only the metadata of a snapshot it had built; a follower that
+        // needs it gets it from the file (`get_current_snapshot`).
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
     }
 }
@@ -515,5 +646,70 @@ mod tests {
                 .unwrap_err()
                 .contains("truncated")
         );
+    }
+
+    /// A file that keeps what is written, or fails once it would hold over `limit` bytes.
+    struct MemFile {
+        bytes: Vec<u8>,
+        limit: usize,
+    }
+
+    impl AppendFile for MemFile {
+        fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+            if self.bytes.len() + buf.len() > self.limit {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "no space left on device",
+                ));
+            }
+            self.bytes.extend_from_slice(buf);
+            Ok(())
+        }
+
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The state written as it is encoded gives the same file as its encoded image, and a
+    /// failed write is reported as the disk's error.
+    #[test]
+    fn a_state_written_as_it_is_encoded_is_the_file_of_its_image() {
+        use oncekv_core::{Command, LogPayload, Op, PutRequest, Settings};
+        let mut sm = StateMachine::new(Settings::default());
+        // Values over the write buffer's size too, which go around it.
+        for (i, len) in [10usize, 3 << 20, 1000, WRITE_BUFFER, 5]
+            .into_iter()
+            .enumerate()
+        {
+            let put = PutRequest {
+                key: format!("k{i}").into_bytes().into(),
+                value: vec![i as u8; len].into(),
+                ..PutRequest::default()
+            };
+            let entry = LogPayload {
+                cluster_time: 1_000 + i as u64,
+                commands: vec![Command::Untracked(Op::Put(put))],
+            };
+            sm.apply(i as u64 + 1, &entry);
+        }
+        let meta = SnapshotMeta::default();
+        let whole = encode_snapshot_file(&meta, &sm.snapshot().unwrap()).unwrap();
+        let view = sm.snapshot_view();
+        let len = postcard::experimental::serialized_size(&view).unwrap();
+        let image = Image::View(&view, len);
+        let mut file = MemFile {
+            bytes: snapshot_file_head(&meta, &image).unwrap(),
+            limit: usize::MAX,
+        };
+        image.write_to(&mut file).unwrap();
+        assert_eq!(file.bytes.len(), whole.len());
+        assert!(file.bytes == whole, "the same bytes");
+        let mut full = MemFile {
+            bytes: Vec::new(),
+            limit: 2 << 20,
+        };
+        let err = image.write_to(&mut full).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
     }
 }
