@@ -21,6 +21,7 @@
 //! that revision's own changes, and frees the rest.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::ser::SerializeSeq;
@@ -103,14 +104,17 @@ const CHUNK: usize = 1024;
 ///
 /// The record is kept in chunks of at most [`CHUNK`] changes rather than one vector:
 /// recording then never moves what is already recorded (a single vector doubling copies
-/// the whole record, and pages in fresh memory for the copy, each time it grows; under a
-/// steady stream of puts that was several percent of a server's CPU), and compaction
-/// frees whole chunks instead of moving what it keeps. Invariant: no chunk is empty.
+/// the whole record, into fresh memory, each time it grows: a pause in apply as long as
+/// the history is big, on every member at the same entry), and compaction frees whole
+/// chunks instead of moving what it keeps. Chunks are shared between copies (a
+/// snapshot copies the state under the lock apply waits for): a copy costs a pointer
+/// per chunk, and only a shared chunk that changes afterwards (the last one, as it
+/// fills; the first ones, at compaction) is copied then. Invariant: no chunk is empty.
 #[derive(Debug, Clone, Default)]
 pub struct History {
     /// Every change at revision `>= compacted`, in the order applied, so in revision
     /// order (non-decreasing).
-    chunks: VecDeque<Vec<Change>>,
+    chunks: VecDeque<Arc<Vec<Change>>>,
     /// How many changes the chunks hold.
     len: usize,
     /// Reads below this revision, and watches from below it, are refused (0: never
@@ -131,12 +135,17 @@ impl Eq for History {}
 /// sequence (as a `Vec<Change>` encodes, which is what a snapshot holds).
 #[derive(Clone, Copy)]
 pub struct Changes<'a> {
-    chunks: &'a VecDeque<Vec<Change>>,
+    chunks: &'a VecDeque<Arc<Vec<Change>>>,
     len: usize,
 }
 
+/// One chunk's changes (a function, so that the iterator's type can be named).
+fn chunk_iter(chunk: &Arc<Vec<Change>>) -> std::slice::Iter<'_, Change> {
+    chunk.iter()
+}
+
 /// The record of an empty history.
-static NO_CHUNKS: VecDeque<Vec<Change>> = VecDeque::new();
+static NO_CHUNKS: VecDeque<Arc<Vec<Change>>> = VecDeque::new();
 
 impl<'a> Changes<'a> {
     /// No changes.
@@ -164,7 +173,7 @@ impl<'a> Changes<'a> {
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &'a Change> + Clone + 'a {
-        self.chunks.iter().flatten()
+        self.into_iter()
     }
 
     /// The changes from the first for which `before` is false on (`before` must hold for
@@ -178,16 +187,20 @@ impl<'a> Changes<'a> {
             &c[at..]
         });
         let rest = self.chunks.range((chunk + 1).min(self.chunks.len())..);
-        first.iter().chain(rest.flatten())
+        first.iter().chain(rest.flat_map(chunk_iter))
     }
 }
 
 impl<'a> IntoIterator for Changes<'a> {
     type Item = &'a Change;
-    type IntoIter = std::iter::Flatten<std::collections::vec_deque::Iter<'a, Vec<Change>>>;
+    type IntoIter = std::iter::FlatMap<
+        std::collections::vec_deque::Iter<'a, Arc<Vec<Change>>>,
+        std::slice::Iter<'a, Change>,
+        fn(&'a Arc<Vec<Change>>) -> std::slice::Iter<'a, Change>,
+    >;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.chunks.iter().flatten()
+        self.chunks.iter().flat_map(chunk_iter)
     }
 }
 
@@ -255,14 +268,14 @@ impl History {
 
     fn push(&mut self, change: Change) {
         match self.chunks.back_mut() {
-            Some(chunk) if chunk.len() < CHUNK => chunk.push(change),
+            Some(chunk) if chunk.len() < CHUNK => Arc::make_mut(chunk).push(change),
             // The first chunk grows as a vector does (a small history stays small); the
             // ones after it are allocated whole.
-            None => self.chunks.push_back(vec![change]),
+            None => self.chunks.push_back(Arc::new(vec![change])),
             Some(_) => {
                 let mut chunk = Vec::with_capacity(CHUNK);
                 chunk.push(change);
-                self.chunks.push_back(chunk);
+                self.chunks.push_back(Arc::new(chunk));
             }
         }
         self.len += 1;
@@ -388,16 +401,22 @@ impl History {
         }
         if let Some(chunk) = self.chunks.front_mut() {
             let cut = chunk.partition_point(below);
-            chunk.drain(..cut);
-            self.len -= cut;
+            if cut > 0 {
+                Arc::make_mut(chunk).drain(..cut);
+                self.len -= cut;
+            }
         }
-        for change in self
-            .chunks
-            .iter_mut()
-            .flatten()
-            .take_while(|c| c.revision == revision)
-        {
-            change.prev = None;
+        for chunk in self.chunks.iter_mut() {
+            if chunk.first().is_none_or(|c| c.revision != revision) {
+                break;
+            }
+            let chunk = Arc::make_mut(chunk);
+            for change in chunk.iter_mut().take_while(|c| c.revision == revision) {
+                change.prev = None;
+            }
+            if chunk.last().is_some_and(|c| c.revision != revision) {
+                break;
+            }
         }
         self.compacted = revision;
     }
@@ -415,10 +434,10 @@ impl History {
                 self.compacted
             ));
         }
-        if self.chunks.iter().any(Vec::is_empty) {
+        if self.chunks.iter().any(|c| c.is_empty()) {
             return Err("history holds an empty chunk".into());
         }
-        if self.chunks.iter().map(Vec::len).sum::<usize>() != self.len {
+        if self.chunks.iter().map(|c| c.len()).sum::<usize>() != self.len {
             return Err("history's length is not its chunks'".into());
         }
         if self
@@ -558,6 +577,37 @@ mod tests {
             }
             assert_eq!(undone, expected, "undo after {from}");
         }
+    }
+
+    #[test]
+    fn a_copy_shares_its_chunks_and_neither_side_sees_the_others_changes() {
+        let (mut history, plain) = recorded();
+        let copy = history.clone();
+        assert!(
+            history
+                .chunks
+                .iter()
+                .zip(&copy.chunks)
+                .all(|(a, b)| Arc::ptr_eq(a, b)),
+            "a copy of pointers, not of changes"
+        );
+        let next = history.last_revision() + 1;
+        history.record(next, &Bytes::from_static(b"k1"), Some(value(next, 1)), None);
+        history.compact(CHUNK as i64 / 2);
+        assert!(
+            copy.changes().iter().eq(plain.iter()),
+            "the copy is as it was"
+        );
+        assert_eq!(copy.compacted(), 0);
+        assert_eq!(history.last_revision(), next);
+        assert!(history.changes().first().unwrap().revision >= CHUNK as i64 / 2);
+        // Full chunks the change did not touch are still shared.
+        assert!(
+            history
+                .chunks
+                .iter()
+                .any(|a| copy.chunks.iter().any(|b| Arc::ptr_eq(a, b)))
+        );
     }
 
     #[test]

@@ -562,8 +562,8 @@ impl SmStore {
             )
         };
         // Encoded as it is written (after a pass that measures it and one that checksums
-        // it, since both go in front): never held whole in memory, where an image of
-        // hundreds of MB cost each member seconds of fresh pages at every snapshot.
+        // it, since both go in front), never held whole in memory: with a long history
+        // the image is hundreds of MB, and every member builds one at the same entry.
         let view = sm.snapshot_view();
         let len = postcard::experimental::serialized_size(&view).map_err(sm_err)?;
         let meta = SnapshotMeta {
