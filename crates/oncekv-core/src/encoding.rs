@@ -30,21 +30,16 @@ impl Flavor for Append {
     }
 }
 
-/// `value` encoded with postcard, after the bytes `head` returns for the encoding's
-/// length (a frame header, or nothing), in one allocation of the exact size.
-pub fn encode_after<T: Serialize + ?Sized>(
-    value: &T,
-    head: impl FnOnce(usize) -> Vec<u8>,
-) -> postcard::Result<Vec<u8>> {
-    let len = postcard::experimental::serialized_size(value)?;
-    let mut buf = head(len);
-    buf.reserve_exact(len);
+/// `value` encoded with postcard after what `buf` holds; the caller has reserved its
+/// length (`postcard::experimental::serialized_size`), so nothing is reallocated.
+pub fn encode_into<T: Serialize + ?Sized>(value: &T, buf: Vec<u8>) -> postcard::Result<Vec<u8>> {
     postcard::serialize_with_flavor(value, Append(buf))
 }
 
 /// `value` encoded with postcard, in one allocation of the exact size.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> postcard::Result<Vec<u8>> {
-    encode_after(value, |_| Vec::new())
+    let len = postcard::experimental::serialized_size(value)?;
+    encode_into(value, Vec::with_capacity(len))
 }
 
 #[cfg(test)]
@@ -60,8 +55,10 @@ mod tests {
         let exact = encode(&value).unwrap();
         assert_eq!(exact, plain);
         assert_eq!(exact.capacity(), plain.len());
-        let framed = encode_after(&value, |len| (len as u32).to_le_bytes().to_vec()).unwrap();
-        assert_eq!(framed[..4], (plain.len() as u32).to_le_bytes());
+        let mut head = Vec::with_capacity(4 + plain.len());
+        head.extend_from_slice(&[9, 9, 9, 9]);
+        let framed = encode_into(&value, head).unwrap();
+        assert_eq!(framed[..4], [9, 9, 9, 9]);
         assert_eq!(framed[4..], plain[..]);
         assert_eq!(framed.capacity(), 4 + plain.len());
     }

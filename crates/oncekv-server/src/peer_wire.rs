@@ -384,22 +384,13 @@ impl Frame {
         method: Method,
         value: &T,
     ) -> Result<Frame, String> {
-        let mut too_long = None;
-        let bytes = oncekv_core::encoding::encode_after(value, |len| {
-            let header = u32::try_from(len).unwrap_or_else(|_| {
-                too_long = Some(len);
-                0
-            });
-            let mut head = Vec::with_capacity(5 + len);
-            head.extend_from_slice(&header.to_le_bytes());
-            head.push(method as u8);
-            head
-        })
-        .map_err(|e| e.to_string())?;
-        match too_long {
-            Some(len) => Err(format!("a {len} byte message")),
-            None => Ok(Frame { method, bytes }),
-        }
+        let len = postcard::experimental::serialized_size(value).map_err(|e| e.to_string())?;
+        let header = u32::try_from(len).map_err(|_| format!("a {len} byte message"))?;
+        let mut head = Vec::with_capacity(5 + len);
+        head.extend_from_slice(&header.to_le_bytes());
+        head.push(method as u8);
+        let bytes = oncekv_core::encoding::encode_into(value, head).map_err(|e| e.to_string())?;
+        Ok(Frame { method, bytes })
     }
 
     /// A request whose payload is already encoded (tests send arbitrary bytes).

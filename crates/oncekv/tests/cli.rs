@@ -7,6 +7,8 @@
 //! talk to the leader's endpoint only, so the member ids in response headers agree.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -480,16 +482,7 @@ fn client_commands_print_what_etcdctl_prints_and_write_through_closed_sessions()
         let line = lines.next().unwrap().unwrap();
         assert_eq!(line, format!("lease {id} keepalived with TTL(3)"));
     }
-    let pid = keeper.id().to_string();
-    Command::new("kill").args(["-INT", &pid]).status().unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = keeper.try_wait().unwrap() {
-            break status;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "ctrl-c ignored");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::signal_and_wait(&mut keeper, "-INT");
     assert!(status.success(), "{status:?}");
     // ... and stops by itself when the lease is revoked.
     let mut keeper = c

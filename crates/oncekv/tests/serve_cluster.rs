@@ -174,16 +174,7 @@ fn sigterm_stops_a_member_gracefully() {
         Stdio::piped(),
     );
     common::wait_serving(&format!("127.0.0.1:{client}"));
-    let pid = member.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = member.try_wait().unwrap() {
-            break status;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "SIGTERM ignored");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::signal_and_wait(&mut member, "-TERM");
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut member.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{status:?}: {stderr}");

@@ -1,7 +1,8 @@
 //! What the tests that run `oncekv serve` processes share.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::process::Child;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
 
 /// Member processes, killed on drop.
 pub struct Members(pub Vec<Child>);
@@ -161,4 +162,22 @@ pub fn rss(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kb * 1024
+}
+
+/// Sends `signal` (`kill`'s spelling: "-TERM", "-INT") to `child` and waits for it to exit
+/// (at most 10 s, then the test fails naming the signal).
+pub fn signal_and_wait(child: &mut Child, signal: &str) -> ExitStatus {
+    let pid = child.id().to_string();
+    Command::new("kill").args([signal, &pid]).status().unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{signal} ignored"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
