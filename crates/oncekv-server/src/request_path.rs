@@ -167,7 +167,14 @@ fn failover_wait(config: &NodeConfig) -> Duration {
     Duration::from_millis(config.election_timeout_ms.saturating_mul(4)).min(config.request_timeout)
 }
 
-/// The two read batchers of member `id`: any read here, and followers' reads here.
+/// The two read batchers of member `id`: any read here, and the leader's rounds.
+///
+/// Every round of confirmation on a leader goes through `leader_reads`, whether for its
+/// own clients' reads (a round of `reads` asks `leader_reads`) or for reads its followers
+/// forward (served from `leader_reads` directly): one round of heartbeats serves both
+/// instead of two rounds running side by side. A forwarded read is confirmed only, never
+/// forwarded again, so two members that each think the other leads cannot pass a read
+/// back and forth.
 fn read_batchers(
     raft: &Raft,
     forwarder: &Forwarder,
@@ -176,23 +183,31 @@ fn read_batchers(
     lease: Option<Arc<ReadLease>>,
     metrics: &SharedMetrics,
 ) -> (Arc<ReadBatcher>, Arc<ReadBatcher>) {
-    let (r, f, l, m) = (
-        raft.clone(),
-        forwarder.clone(),
-        lease.clone(),
-        metrics.clone(),
-    );
+    let (r, m) = (raft.clone(), metrics.clone());
+    let leader_reads = ReadBatcher::new(Arc::new(move || {
+        let (raft, lease, metrics) = (r.clone(), lease.clone(), m.clone());
+        Box::pin(async move { leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await })
+    }));
+    let (r, f, own) = (raft.clone(), forwarder.clone(), leader_reads.clone());
     let reads = ReadBatcher::new(Arc::new(move || {
-        let (raft, forwarder, lease, metrics) = (r.clone(), f.clone(), l.clone(), m.clone());
+        let (raft, forwarder, own) = (r.clone(), f.clone(), own.clone());
         Box::pin(async move {
-            let first = leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await;
+            // A follower that knows its leader asks it at once: asking its own raft core
+            // first would only tell it what its metrics already say. Should the leader
+            // have changed meanwhile, the answer says so and the full path below runs.
+            let known = raft.metrics().borrow().current_leader;
+            if let Some(leader) = known.filter(|&l| l != id) {
+                match forwarder.read_index(leader).await {
+                    Err(ProposeError::NotLeader { .. }) => {}
+                    other => return other,
+                }
+            }
+            let first = own.read_index().await;
             let first = match first {
                 // An election: wait for its leader, then ask again (here or there).
                 Err(ProposeError::NotLeader { leader: None }) => {
                     match settled_leader(&raft, settle).await {
-                        Some(leader) if leader == id => {
-                            leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await
-                        }
+                        Some(leader) if leader == id => own.read_index().await,
                         Some(leader) => Err(ProposeError::NotLeader {
                             leader: Some(leader),
                         }),
@@ -209,12 +224,6 @@ fn read_batchers(
                 other => other,
             }
         })
-    }));
-    let r = raft.clone();
-    let m = metrics.clone();
-    let leader_reads = ReadBatcher::new(Arc::new(move || {
-        let (raft, lease, metrics) = (r.clone(), lease.clone(), m.clone());
-        Box::pin(async move { leader_read_index(&raft, timeout, lease.as_deref(), &metrics).await })
     }));
     (reads, leader_reads)
 }
