@@ -422,10 +422,12 @@ impl History {
     }
 
     /// Checks the record against the head (the current key space, at store revision
-    /// `store_revision`). `Err` names the first broken invariant.
-    pub fn validate(
+    /// `store_revision`), given as a lookup (`get`) and every key with its value (`all`).
+    /// `Err` names the first broken invariant.
+    pub fn validate<'a>(
         &self,
-        head: &BTreeMap<Bytes, Value>,
+        get: impl Fn(&[u8]) -> Option<&'a Value>,
+        all: impl Iterator<Item = (&'a Bytes, &'a Value)>,
         store_revision: i64,
     ) -> Result<(), String> {
         if self.compacted > store_revision {
@@ -472,12 +474,12 @@ impl History {
             }
         }
         for (key, change) in &last {
-            if change.value.as_ref() != head.get(*key) {
+            if change.value.as_ref() != get(key) {
                 return Err(format!("key {key:?}: head and history disagree"));
             }
         }
         // Every value written since the compaction is recorded.
-        for (key, value) in head {
+        for (key, value) in all {
             if value.mod_revision >= self.compacted && !last.contains_key(key) {
                 return Err(format!(
                     "key {key:?}: written at {} and not in history",

@@ -6,6 +6,8 @@
 //! recorded in the [`History`], which serves reads at older revisions and watches, until
 //! compacted.
 
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::collections::btree_map::{Entry, OccupiedEntry, VacantEntry};
 use std::ops::Bound;
@@ -42,11 +44,60 @@ impl Value {
     }
 }
 
+/// A key of the store's map: the key's bytes, with their first eight read as a big-endian
+/// number (zero-padded).
+///
+/// A B-tree search compares the key sought with a dozen or more stored keys, and the bytes
+/// of each live in an allocation of their own: comparing bytes first meant a cache miss
+/// per comparison (a tenth of a put's server CPU at 100,000 keys). Comparing `head`s first
+/// decides most comparisons from the node itself. The order is still the bytes' order: a
+/// smaller `head` means smaller bytes (the first eight differ there; a shorter key's
+/// padding is zero, no larger than any byte), and equal `head`s fall back to the bytes.
+/// So the map can also be searched by `[u8]` through `Borrow`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapKey {
+    head: u64,
+    bytes: Bytes,
+}
+
+impl MapKey {
+    fn new(bytes: Bytes) -> MapKey {
+        let mut first = [0u8; 8];
+        let n = bytes.len().min(8);
+        first[..n].copy_from_slice(&bytes[..n]);
+        MapKey {
+            head: u64::from_be_bytes(first),
+            bytes,
+        }
+    }
+}
+
+impl Ord for MapKey {
+    #[inline]
+    fn cmp(&self, other: &MapKey) -> Ordering {
+        self.head
+            .cmp(&other.head)
+            .then_with(|| self.bytes.cmp(&other.bytes))
+    }
+}
+
+impl PartialOrd for MapKey {
+    fn partial_cmp(&self, other: &MapKey) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Borrow<[u8]> for MapKey {
+    fn borrow(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// The key space (the head), its revision counter and its history. A fresh store is at
 /// revision 1, as etcd is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvStore {
-    map: BTreeMap<Bytes, Value>,
+    map: BTreeMap<MapKey, Value>,
     revision: i64,
     history: History,
 }
@@ -96,12 +147,17 @@ fn is_empty_range(range: &KeyRange) -> bool {
     !range.range_end.is_empty() && range.range_end.as_ref() != b"\0" && range.range_end <= range.key
 }
 
-/// [`bounds`], or bounds that select nothing for a range whose end is not after its start.
-fn scan_bounds(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
+/// [`bounds`] as keys of the map, or bounds that select nothing for a range whose end is
+/// not after its start.
+fn scan_bounds(range: &KeyRange) -> (Bound<MapKey>, Bound<MapKey>) {
     if is_empty_range(range) {
-        (Bound::Unbounded, Bound::Excluded(&b""[..]))
-    } else {
-        bounds(range)
+        return (Bound::Unbounded, Bound::Excluded(MapKey::new(Bytes::new())));
+    }
+    let start = Bound::Included(MapKey::new(range.key.clone()));
+    match range.range_end.as_ref() {
+        b"" => (start, Bound::Included(MapKey::new(range.key.clone()))),
+        b"\0" => (start, Bound::Unbounded),
+        _ => (start, Bound::Excluded(MapKey::new(range.range_end.clone()))),
     }
 }
 
@@ -135,7 +191,7 @@ impl KvStore {
 
     /// Every key in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Value)> {
-        self.map.iter()
+        self.map.iter().map(|(k, v)| (&k.bytes, v))
     }
 
     /// Rebuilds a store (restore from a snapshot).
@@ -146,7 +202,10 @@ impl KvStore {
         changes: Vec<Change>,
     ) -> Self {
         KvStore {
-            map: entries.into_iter().collect(),
+            map: entries
+                .into_iter()
+                .map(|(k, v)| (MapKey::new(k), v))
+                .collect(),
             revision,
             history: History::from_parts(compacted, changes),
         }
@@ -164,7 +223,9 @@ impl KvStore {
 
     /// The keys (with values) in `range`, in key order.
     pub fn scan<'a>(&'a self, range: &'a KeyRange) -> impl Iterator<Item = (&'a Bytes, &'a Value)> {
-        self.map.range::<[u8], _>(scan_bounds(range))
+        self.map
+            .range(scan_bounds(range))
+            .map(|(k, v)| (&k.bytes, v))
     }
 
     /// The keys in `range` with the values they had at `revision`, in key order: the
@@ -315,7 +376,7 @@ impl KvStore {
         lease: Option<i64>,
     ) -> (Option<Value>, i64) {
         w.changed = true;
-        match self.map.entry(key.clone()) {
+        match self.map.entry(MapKey::new(key.clone())) {
             Entry::Occupied(entry) => entry.set(w.revision, value, lease, &mut self.history),
             Entry::Vacant(entry) => entry.set(w.revision, value, lease, &mut self.history),
         }
@@ -326,7 +387,7 @@ impl KvStore {
     #[inline]
     pub fn slot(&mut self, key: &Bytes) -> Slot<'_> {
         Slot {
-            entry: self.map.entry(key.clone()),
+            entry: self.map.entry(MapKey::new(key.clone())),
             revision: &mut self.revision,
             history: &mut self.history,
         }
@@ -338,7 +399,7 @@ impl KvStore {
         let keys: Vec<Bytes> = self.scan(range).map(|(k, _)| k.clone()).collect();
         let mut deleted = Vec::with_capacity(keys.len());
         for key in keys {
-            if let Some(v) = self.map.remove(&key) {
+            if let Some(v) = self.map.remove(&MapKey::new(key.clone())) {
                 self.history.record(w.revision, &key, None, Some(v.clone()));
                 deleted.push((key, v));
             }
@@ -367,7 +428,7 @@ impl KvStore {
 
     /// Checks the invariants; `Err` names the first one broken.
     pub fn validate(&self) -> Result<(), String> {
-        for (k, v) in &self.map {
+        for (k, v) in self.iter() {
             if k.is_empty() {
                 return Err("empty key in the store".into());
             }
@@ -379,14 +440,15 @@ impl KvStore {
                 ));
             }
         }
-        self.history.validate(&self.map, self.revision)
+        self.history
+            .validate(|key| self.get(key), self.iter(), self.revision)
     }
 }
 
 /// A key's place in the store, found by [`KvStore::slot`] before a put of it is decided.
 #[derive(Debug)]
 pub struct Slot<'a> {
-    entry: Entry<'a, Bytes, Value>,
+    entry: Entry<'a, MapKey, Value>,
     revision: &'a mut i64,
     history: &'a mut History,
 }
@@ -419,8 +481,8 @@ impl<'a> Slot<'a> {
 /// A [`Slot`] whose key is known to be stored, or known not to be.
 #[derive(Debug)]
 pub enum KnownSlot<'a> {
-    Stored(KeySlot<'a, OccupiedEntry<'a, Bytes, Value>>),
-    Free(KeySlot<'a, VacantEntry<'a, Bytes, Value>>),
+    Stored(KeySlot<'a, OccupiedEntry<'a, MapKey, Value>>),
+    Free(KeySlot<'a, VacantEntry<'a, MapKey, Value>>),
 }
 
 /// A key's place in the store for a put of that one key: `E` is the B-tree entry of a
@@ -470,7 +532,7 @@ pub trait PutEntry {
     ) -> (Option<Value>, i64);
 }
 
-impl PutEntry for OccupiedEntry<'_, Bytes, Value> {
+impl PutEntry for OccupiedEntry<'_, MapKey, Value> {
     const STORED: bool = true;
 
     /// Returns the key's previous value and its lease now.
@@ -500,12 +562,12 @@ impl PutEntry for OccupiedEntry<'_, Bytes, Value> {
         v.lease = lease.unwrap_or(v.lease);
         let lease = v.lease;
         let now = v.clone();
-        history.record(rev, self.key(), Some(now), Some(prev.clone()));
+        history.record(rev, &self.key().bytes, Some(now), Some(prev.clone()));
         (Some(prev), lease)
     }
 }
 
-impl PutEntry for VacantEntry<'_, Bytes, Value> {
+impl PutEntry for VacantEntry<'_, MapKey, Value> {
     const STORED: bool = false;
 
     /// Returns no previous value and the key's lease.
@@ -525,8 +587,109 @@ impl PutEntry for VacantEntry<'_, Bytes, Value> {
             value: value.cloned().unwrap_or_default(),
             lease,
         };
-        history.record(rev, self.key(), Some(v.clone()), None);
+        history.record(rev, &self.key().bytes, Some(v.clone()), None);
         self.insert(v);
         (None, lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Keys where the first eight bytes decide, where they tie (zero bytes against the
+    /// padding of a shorter key), and longer than eight.
+    fn tricky_keys() -> Vec<Bytes> {
+        let mut keys: Vec<&[u8]> = vec![
+            b"",
+            b"\0",
+            b"\0\0",
+            b"a",
+            b"a\0",
+            b"a\x01",
+            b"ab",
+            b"abcdefg",
+            b"abcdefg\0",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefgh\x01",
+            b"abcdefgi",
+            b"abcdefgha",
+            b"a\0\0\0\0\0\0\0",
+            b"a\0\0\0\0\0\0\0\0",
+            b"\xff",
+            b"\xff\xff\xff\xff\xff\xff\xff",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"00000042",
+            b"000000420",
+            b"0000004",
+            b"zz",
+        ];
+        keys.sort();
+        keys.into_iter().map(Bytes::from_static).collect()
+    }
+
+    #[test]
+    fn map_keys_order_as_their_bytes_do() {
+        let keys = tricky_keys();
+        for a in &keys {
+            for b in &keys {
+                let (ka, kb) = (MapKey::new(a.clone()), MapKey::new(b.clone()));
+                assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} against {b:?}");
+                assert_eq!(ka == kb, a == b, "{a:?} against {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn scans_and_gets_find_what_a_map_of_bytes_would() {
+        let mut store = KvStore::default();
+        let mut plain: BTreeMap<Bytes, Bytes> = BTreeMap::new();
+        // The tricky keys, and decimal keys of several lengths (a pseudo-random walk).
+        let mut keys: Vec<Bytes> = tricky_keys()
+            .into_iter()
+            .filter(|k| !k.is_empty())
+            .collect();
+        let mut x: u64 = 7;
+        for _ in 0..500 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            keys.push(Bytes::from(format!("{}", x >> (40 + x % 20))));
+        }
+        for (i, key) in keys.iter().enumerate() {
+            let value = Bytes::from(format!("v{i}"));
+            let mut w = store.begin();
+            store.put(&mut w, key, Some(&value), None);
+            store.commit(w);
+            plain.insert(key.clone(), value);
+        }
+        let listed: Vec<&Bytes> = store.iter().map(|(k, _)| k).collect();
+        assert_eq!(listed, plain.keys().collect::<Vec<_>>());
+        let mut ends: Vec<Bytes> = keys.iter().take(60).cloned().collect();
+        ends.extend([
+            Bytes::new(),
+            Bytes::from_static(b"\0"),
+            Bytes::from_static(b"5"),
+        ]);
+        for start in keys.iter().take(60) {
+            assert_eq!(
+                store.get(start).map(|v| &v.value),
+                plain.get(start),
+                "get {start:?}"
+            );
+            for end in &ends {
+                let range = KeyRange {
+                    key: start.clone(),
+                    range_end: end.clone(),
+                };
+                let scanned: Vec<&Bytes> = store.scan(&range).map(|(k, _)| k).collect();
+                let expected: Vec<&Bytes> = plain.keys().filter(|k| in_range(&range, k)).collect();
+                assert_eq!(scanned, expected, "range {start:?}..{end:?}");
+            }
+        }
+        store.validate().unwrap();
     }
 }
