@@ -62,13 +62,15 @@ pub struct MapKey {
 
 impl MapKey {
     fn new(bytes: Bytes) -> MapKey {
-        let mut first = [0u8; 8];
-        let n = bytes.len().min(8);
-        first[..n].copy_from_slice(&bytes[..n]);
-        MapKey {
-            head: u64::from_be_bytes(first),
-            bytes,
-        }
+        let head = match bytes.first_chunk::<8>() {
+            Some(first) => u64::from_be_bytes(*first),
+            None => {
+                let mut first = [0u8; 8];
+                first[..bytes.len()].copy_from_slice(&bytes);
+                u64::from_be_bytes(first)
+            }
+        };
+        MapKey { head, bytes }
     }
 }
 
