@@ -87,8 +87,9 @@ pub struct NodeCore {
     /// Linearizable reads here: the leader's confirmation, or (on a follower) the
     /// leader's answer, shared by the reads waiting at that moment.
     reads: Arc<ReadBatcher>,
-    /// Read indexes asked of this member by followers: this member's own confirmation
-    /// only (a forwarded request is never forwarded again).
+    /// This member's own confirmations: asked by followers (a forwarded request is never
+    /// forwarded again) and by the rounds of `reads` here, so a leader runs one stream of
+    /// rounds for both.
     leader_reads: Arc<ReadBatcher>,
     /// With `--leader-lease-reads`: while a recent confirmation's lease runs, the leader
     /// answers reads without another round.
