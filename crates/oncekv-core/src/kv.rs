@@ -122,18 +122,6 @@ pub struct Write {
     pub changed: bool,
 }
 
-/// The `(start, end)` bounds etcd's `key`/`range_end` pair selects.
-pub fn bounds(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
-    let key: &[u8] = &range.key;
-    if range.range_end.is_empty() {
-        (Bound::Included(key), Bound::Included(key))
-    } else if range.range_end.as_ref() == b"\0" {
-        (Bound::Included(key), Bound::Unbounded)
-    } else {
-        (Bound::Included(key), Bound::Excluded(&range.range_end))
-    }
-}
-
 /// Whether `key` lies in `range`.
 pub fn in_range(range: &KeyRange, key: &[u8]) -> bool {
     let after_start = key >= &range.key[..];
@@ -149,8 +137,8 @@ fn is_empty_range(range: &KeyRange) -> bool {
     !range.range_end.is_empty() && range.range_end.as_ref() != b"\0" && range.range_end <= range.key
 }
 
-/// [`bounds`] as keys of the map, or bounds that select nothing for a range whose end is
-/// not after its start.
+/// The `(start, end)` bounds etcd's `key`/`range_end` pair selects, as keys of the map,
+/// or bounds that select nothing for a range whose end is not after its start.
 fn scan_bounds(range: &KeyRange) -> (Bound<MapKey>, Bound<MapKey>) {
     if is_empty_range(range) {
         return (Bound::Unbounded, Bound::Excluded(MapKey::new(Bytes::new())));
