@@ -388,8 +388,18 @@ impl Node {
         }
     }
 
-    /// Stops serving and shuts raft down (what is acknowledged is already durable).
+    /// Stops serving and shuts raft down (what is acknowledged is already durable). A
+    /// leader first hands leadership to another voter, as etcd does on stop, so that
+    /// clients find a leader at once rather than after an election timeout.
     pub async fn shutdown(self) {
+        self.core.hand_over_before_stop().await;
+        self.halt().await;
+    }
+
+    /// [`Node::shutdown`] without the hand-over: for stopping every member at once (a
+    /// hand-over would pass leadership to a member about to stop too), and for tests
+    /// that want a leader gone without one.
+    pub async fn halt(self) {
         let _ = self.stop.send(true);
         // The servers stop gracefully (in-flight requests finish), but a client that keeps
         // a connection open must not hold the shutdown forever.
@@ -668,6 +678,10 @@ async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) 
             last_seen = leader;
         }
         let is_leader = leader == Some(core.id());
+        if is_leader != was_leader {
+            let term = metrics.borrow().current_term;
+            core.set_leading(is_leader.then_some(term));
+        }
         if was_leader && !is_leader {
             let n = core.fail_waiters(ProposeError::NotLeader { leader });
             tracing::info!(

@@ -83,6 +83,9 @@ pub struct NodeCore {
     fanouts: crate::fanout::Fanouts,
     /// Set while this leader hands leadership over (MoveLeader): it proposes nothing.
     transferring: std::sync::atomic::AtomicBool,
+    /// When this member last saw itself become leader, and of which term (set by the
+    /// leadership watch, so never earlier than raft's own moment).
+    leading_since: std::sync::Mutex<Option<(u64, tokio::time::Instant)>>,
     metrics: SharedMetrics,
     /// Linearizable reads here: the leader's confirmation, or (on a follower) the
     /// leader's answer, shared by the reads waiting at that moment.
@@ -300,8 +303,15 @@ impl NodeCore {
             db_size: std::sync::atomic::AtomicU64::new(0),
             fanouts: crate::fanout::Fanouts::new(),
             transferring: std::sync::atomic::AtomicBool::new(false),
+            leading_since: std::sync::Mutex::new(None),
             metrics,
         }
+    }
+
+    /// Records that this member leads in `term` from now (`None`: it does not lead).
+    pub(crate) fn set_leading(&self, term: Option<u64>) {
+        let mut since = self.leading_since.lock().unwrap_or_else(|p| p.into_inner());
+        *since = term.map(|t| (t, tokio::time::Instant::now()));
     }
 
     /// This member's id.
@@ -851,13 +861,11 @@ impl NodeCore {
             .map_err(|e| e.to_string())
     }
 
-    /// etcd's MoveLeader, on the leader: hands leadership to voter `target`. Raft in
-    /// openraft 0.9 has no transfer message, so this leader stops proposing and sending
-    /// heartbeats, the other followers hold their own elections for a while, and once the
-    /// followers' leader lease has run out `target` campaigns, with a log as long as any.
-    /// Returns once `target` leads; clients see the member unavailable meanwhile (about
-    /// two election timeouts) and retry.
-    pub async fn move_leader(&self, target: NodeId) -> Result<(), String> {
+    /// etcd's MoveLeader, on the leader: hands leadership to voter `target`, and returns
+    /// once `target` leads. This leader proposes nothing meanwhile (clients see it
+    /// unavailable and retry). See [`NodeCore::hand_over`] for how, without raft's
+    /// transfer message, which openraft 0.9 lacks.
+    pub async fn move_leader(self: &Arc<Self>, target: NodeId) -> Result<(), String> {
         use std::sync::atomic::Ordering;
         let metrics = self.metrics();
         if metrics.current_leader != Some(self.id) {
@@ -870,13 +878,172 @@ impl NodeCore {
         if !membership.voter_ids().any(|id| id == target) {
             return Err("etcdserver: bad leader transferee".into());
         }
+        if self.transferring.load(Ordering::Acquire) {
+            return Err("etcdserver: a leadership transfer is already in progress".into());
+        }
+        self.outlive_own_lease().await;
+        if self.metrics().current_leader != Some(self.id) {
+            return Err("etcdserver: not leader".into());
+        }
+        if self.transferring.swap(true, Ordering::AcqRel) {
+            return Err("etcdserver: a leadership transfer is already in progress".into());
+        }
+        // In a task of its own: a client that gives up waiting must not stop the hand-over
+        // half way, with this leader refusing proposals and sending no heartbeats.
+        let core = self.clone();
+        let handing = tokio::spawn(async move {
+            tracing::info!("leadership transfer to {target:x} starting");
+            let started = tokio::time::Instant::now();
+            let result = core.hand_over(target, &membership, true).await;
+            core.raft.runtime_config().heartbeat(true);
+            core.transferring.store(false, Ordering::Release);
+            match &result {
+                Ok(()) => tracing::info!(
+                    "leadership transfer to {target:x} finished in {:?}",
+                    started.elapsed()
+                ),
+                Err(e) => tracing::warn!("leadership transfer to {target:x} failed: {e}"),
+            }
+            result
+        });
+        handing
+            .await
+            .map_err(|e| format!("etcdserver: leadership transfer failed: {e}"))?
+    }
+
+    /// Before a graceful stop (etcd transfers leadership on stop too): if this member
+    /// leads and another voter is there, hands leadership to the voter whose log is
+    /// furthest along, so that clients find a leader at once instead of after an election
+    /// timeout. Only the quick way is tried (see [`NodeCore::hand_over`]): waiting out the
+    /// followers' lease would keep writes stopped as long as the election it replaces. A
+    /// leader younger than its own lease serves on until it has run out (at most two
+    /// election timeouts). Leaves this member refusing proposals, as it is about to stop.
+    pub async fn hand_over_before_stop(&self) {
+        use std::sync::atomic::Ordering;
+        let metrics = self.metrics();
+        if metrics.current_leader != Some(self.id) {
+            return;
+        }
+        let membership = metrics.membership_config.membership().clone();
+        let matched = |id: &NodeId| {
+            metrics
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(id).cloned().flatten())
+                .map(|l| l.index)
+        };
+        let Some(target) = membership
+            .voter_ids()
+            .filter(|id| *id != self.id)
+            .max_by_key(|id| matched(id))
+        else {
+            return;
+        };
+        let started = tokio::time::Instant::now();
+        self.outlive_own_lease().await;
+        if self.metrics().current_leader != Some(self.id)
+            || self.transferring.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        match self.hand_over(target, &membership, false).await {
+            Ok(()) => tracing::info!(
+                "leadership transferred to {target:x} before stopping, in {:?}",
+                started.elapsed()
+            ),
+            Err(e) => tracing::warn!(
+                "leadership not transferred before stopping ({e}); the other members will elect a leader"
+            ),
+        }
+    }
+
+    /// Waits until this leader's own vote is no longer under openraft's leader lease
+    /// (see [`NodeCore::hand_over`]): the longest election timeout from when it began to
+    /// lead, plus a margin. Proposals go on meanwhile.
+    async fn outlive_own_lease(&self) {
+        let since = *self.leading_since.lock().unwrap_or_else(|p| p.into_inner());
+        let lease = Duration::from_millis(self.config.election_timeout_ms * 2);
+        if let Some((term, at)) = since
+            && term == self.metrics().current_term
+        {
+            tokio::time::sleep_until(at + lease + Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Makes `target` the leader; this member leads and has `transferring` set, and
+    /// [`NodeCore::outlive_own_lease`] has returned.
+    ///
+    /// Raft in openraft 0.9 has no transfer message (etcd's TimeoutNow), and a follower
+    /// refuses votes while its leader lease from this leader lasts. The leader's own vote
+    /// has no such lease once it has led for a lease's length (openraft's lease is the
+    /// longest election timeout, counted from the election). So the quick way: wait until
+    /// `target` holds this leader's whole log, then ask it to campaign; this leader
+    /// grants its vote, and in a cluster of up to three voters those two votes are a
+    /// quorum. Otherwise (more voters, a leadership younger than its lease, a message
+    /// lost), and only if `patient`: stop heartbeats, keep the other followers from
+    /// campaigning, wait out their lease and ask again.
+    async fn hand_over(
+        &self,
+        target: NodeId,
+        membership: &openraft::Membership<NodeId, Member>,
+        patient: bool,
+    ) -> Result<(), String> {
         let peer_url = |id: NodeId| membership.get_node(&id).map(|m| m.peer_url.clone());
         let Some(target_url) = peer_url(target) else {
             return Err("etcdserver: bad leader transferee".into());
         };
-        let lease = Duration::from_millis(self.config.election_timeout_ms * 2);
-        if self.transferring.swap(true, Ordering::AcqRel) {
-            return Err("etcdserver: a leadership transfer is already in progress".into());
+        let election = Duration::from_millis(self.config.election_timeout_ms);
+        let lease = election * 2;
+        let mut watch = self.raft.metrics();
+        if membership.voter_ids().count() <= 3 {
+            // Nothing new is proposed now, so the target's log catches up with this one.
+            let caught_up = matches!(
+                tokio::time::timeout(
+                    election,
+                    watch.wait_for(|m| {
+                        let matched = m
+                            .replication
+                            .as_ref()
+                            .and_then(|r| r.get(&target).cloned().flatten())
+                            .map(|l| l.index);
+                        matched >= m.last_log_index
+                    }),
+                )
+                .await,
+                Ok(Ok(_))
+            );
+            if caught_up
+                && self
+                    .forwarder
+                    .ask_member(&target_url, Forwarded::Campaign)
+                    .await
+                    .is_ok()
+            {
+                let led = tokio::time::timeout(
+                    election,
+                    watch.wait_for(|m| m.current_leader == Some(target)),
+                )
+                .await;
+                if matches!(led, Ok(Ok(_))) {
+                    return Ok(());
+                }
+            }
+        }
+        if !patient {
+            return Err("the transferee did not win its election at once".into());
+        }
+        // A refused campaign may have deposed this leader already (a higher term in the
+        // target's answers); then the target wins its next election without help.
+        if self.metrics().current_leader != Some(self.id) {
+            let led = tokio::time::timeout(
+                lease * 2,
+                watch.wait_for(|m| m.current_leader == Some(target)),
+            )
+            .await;
+            return match led {
+                Ok(Ok(_)) => Ok(()),
+                _ => Err("etcdserver: leadership transfer timed out".into()),
+            };
         }
         self.raft.runtime_config().heartbeat(false);
         let hold_ms = (lease * 3).as_millis() as u64;
@@ -897,14 +1064,11 @@ impl NodeCore {
             .forwarder
             .ask_member(&target_url, Forwarded::Campaign)
             .await;
-        let mut watch = self.raft.metrics();
         let led = tokio::time::timeout(
             lease * 2,
             watch.wait_for(|m| m.current_leader == Some(target)),
         )
         .await;
-        self.raft.runtime_config().heartbeat(true);
-        self.transferring.store(false, Ordering::Release);
         match (campaign, led) {
             (_, Ok(Ok(_))) => Ok(()),
             (Err(e), _) => Err(format!("etcdserver: leadership transfer failed: {e}")),

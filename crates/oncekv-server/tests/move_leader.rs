@@ -48,3 +48,37 @@ async fn the_leader_hands_over_to_the_named_member() {
     }
     cluster.inner.shutdown().await;
 }
+
+/// A leader stopped as `oncekv serve` stops on SIGTERM hands leadership over first: when
+/// its shutdown returns, another member already leads (an election after a plain stop
+/// would take at least an election timeout to start), and writes go on there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_leader_hands_over_before_it_stops() {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let old_id = cluster.node(leader).core.id();
+    let mut kv = cluster.kv(leader).await;
+    put(&mut kv, "before", "1").await.unwrap();
+    cluster
+        .wait_caught_up(leader, Duration::from_secs(10))
+        .await;
+
+    cluster.inner.stop_gracefully(leader).await;
+    let leading: Vec<usize> = cluster
+        .running()
+        .filter(|(_, n)| n.core.leader() == Some(n.core.id()))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        leading.len(),
+        1,
+        "right after the old leader stopped, one running member leads"
+    );
+    let new_leader = leading[0];
+    assert_ne!(cluster.node(new_leader).core.id(), old_id);
+    let mut kv = cluster.kv(new_leader).await;
+    put(&mut kv, "after", "1").await.unwrap();
+    let before = common::get(&mut kv, "before").await.unwrap();
+    assert_eq!(before.map(|(v, _)| v).as_deref(), Some("1"));
+    cluster.inner.shutdown().await;
+}

@@ -104,8 +104,17 @@ impl LocalCluster {
             .filter_map(|(i, n)| n.as_ref().map(|n| (i, n)))
     }
 
-    /// Stops member `i` (a no-op if it is not running).
+    /// Stops member `i` (a no-op if it is not running) without a leadership hand-over,
+    /// so that a leader stopped this way leaves the others to elect one, as a crash would.
     pub async fn stop(&mut self, i: usize) {
+        if let Some(node) = self.nodes[i].take() {
+            node.halt().await;
+        }
+    }
+
+    /// Stops member `i` as `oncekv serve` does on SIGTERM: a leader hands leadership over
+    /// first (see [`Node::shutdown`]).
+    pub async fn stop_gracefully(&mut self, i: usize) {
         if let Some(node) = self.nodes[i].take() {
             node.shutdown().await;
         }

@@ -238,7 +238,7 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
             (stopped, i, _) = failed => (stopped, i),
         };
         let (name, node) = running.remove(i);
-        node.shutdown().await;
+        node.halt().await;
         match stopped {
             Stopped::Removed => {
                 println!("oncekv dev: member {name} was removed from the cluster and stopped");
@@ -251,8 +251,9 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
     let nodes: Vec<Node> = running.into_iter().map(|(_, n)| n).collect();
     // stdout may be closed by now (a pipe whose reader left); stopping must not fail.
     let _ = writeln!(std::io::stdout(), "oncekv dev: stopping");
+    // Every member stops: no hand-overs between them.
     for node in nodes {
-        node.shutdown().await;
+        node.halt().await;
     }
     Ok(())
 }

@@ -992,7 +992,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     tokio::select! {
         signal = crate::stop_requested() => signal?,
         stopped = node.failed() => {
-            node.shutdown().await;
+            // Removed, or failed on its storage: nothing to hand over.
+            node.halt().await;
             return match stopped {
                 Stopped::Removed => {
                     eprintln!(

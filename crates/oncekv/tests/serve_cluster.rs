@@ -55,10 +55,9 @@ fn client_urls(list: &Value) -> Vec<(String, Vec<String>)> {
     urls
 }
 
-#[test]
-fn every_member_lists_every_members_client_urls() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+/// Three `oncekv serve` members `n1..n3` of a new cluster under `dir` on free ports
+/// (client, peer), each with its stderr made by `stderr`.
+fn start_three(dir: &std::path::Path, stderr: impl Fn() -> Stdio) -> (Members, Vec<(u16, u16)>) {
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
     let initial_cluster = ports
         .iter()
@@ -66,18 +65,22 @@ fn every_member_lists_every_members_client_urls() {
         .map(|(i, (_, peer))| format!("n{}=http://127.0.0.1:{peer}", i + 1))
         .collect::<Vec<_>>()
         .join(",");
-    let mut members = Members(Vec::new());
-    for (i, ports) in ports.iter().enumerate() {
-        let name = format!("n{}", i + 1);
-        members.0.push(serve_member(
-            dir.path(),
-            &name,
-            *ports,
-            &initial_cluster,
-            false,
-            Stdio::null(),
-        ));
-    }
+    let members = ports
+        .iter()
+        .enumerate()
+        .map(|(i, ports)| {
+            let name = format!("n{}", i + 1);
+            serve_member(dir, &name, *ports, &initial_cluster, false, stderr())
+        })
+        .collect();
+    (Members(members), ports)
+}
+
+#[test]
+fn every_member_lists_every_members_client_urls() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (_members, ports) = start_three(dir.path(), Stdio::null);
     let want: Vec<(String, Vec<String>)> = ports
         .iter()
         .enumerate()
@@ -179,4 +182,70 @@ fn sigterm_stops_a_member_gracefully() {
     std::io::Read::read_to_string(&mut member.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(stderr.contains("oncekv: stopping"), "{stderr}");
+}
+
+/// The members of `endpoints` that answer `oncekv endpoint status` naming themselves as
+/// the leader.
+fn leading(endpoints: &[String]) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_oncekv"))
+        .args(["endpoint", "status", "-w", "json", "--endpoints"])
+        .arg(endpoints.join(","))
+        .output()
+        .unwrap();
+    let statuses: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    statuses
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter(|s| {
+                    let st = &s["Status"];
+                    st["leader"].as_u64().is_some() && st["leader"] == st["header"]["member_id"]
+                })
+                .filter_map(|s| s["Endpoint"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// SIGTERM to the leader of three `oncekv serve` members (a rolling restart's step): it
+/// hands leadership to another member before it exits, as etcd does, so that the others
+/// lead at once; without the hand-over they would wait at least an election timeout
+/// (1 s here) before even starting an election.
+#[test]
+fn sigterm_to_the_leader_hands_leadership_over_first() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut members, ports) = start_three(dir.path(), Stdio::piped);
+    let endpoints: Vec<String> = ports
+        .iter()
+        .map(|(client, _)| format!("127.0.0.1:{client}"))
+        .collect();
+    let started = Instant::now();
+    let leader = loop {
+        if let [one] = leading(&endpoints).as_slice() {
+            break endpoints.iter().position(|e| e == one).unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no leader");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+
+    let status = common::signal_and_wait(&mut members.0[leader], "-TERM");
+    let others: Vec<String> = (0..3)
+        .filter(|i| *i != leader)
+        .map(|i| endpoints[i].clone())
+        .collect();
+    let now_leading = leading(&others);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut members.0[leader].stderr.take().unwrap(), &mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains("leadership transferred to"),
+        "the leader logged no hand-over: {stderr}"
+    );
+    assert_eq!(
+        now_leading.len(),
+        1,
+        "right after the old leader exited, one of the others leads"
+    );
 }
