@@ -99,6 +99,11 @@ pub struct NodeCore {
     lease: Option<Arc<ReadLease>>,
 }
 
+/// The most voters for which a leader's vote and the transferee's own are a majority:
+/// up to this many, leadership is handed over without waiting out the followers' lease
+/// (see [`NodeCore::hand_over`]).
+const QUICK_HAND_OVER_MAX_VOTERS: usize = 3;
+
 /// The leader's read index after it confirmed its leadership with a quorum (errors with
 /// `NotLeader` on a follower). A confirmation extends `lease`, from the round's start.
 async fn leader_read_index(
@@ -881,7 +886,7 @@ impl NodeCore {
         if self.transferring.load(Ordering::Acquire) {
             return Err("etcdserver: a leadership transfer is already in progress".into());
         }
-        self.outlive_own_lease().await;
+        self.outlive_own_lease(&membership).await;
         if self.metrics().current_leader != Some(self.id) {
             return Err("etcdserver: not leader".into());
         }
@@ -925,6 +930,12 @@ impl NodeCore {
             return;
         }
         let membership = metrics.membership_config.membership().clone();
+        if membership.voter_ids().count() > QUICK_HAND_OVER_MAX_VOTERS {
+            tracing::info!(
+                "not handing leadership over before stopping: with more than {QUICK_HAND_OVER_MAX_VOTERS} voters it would take as long as the election"
+            );
+            return;
+        }
         let matched = |id: &NodeId| {
             metrics
                 .replication
@@ -940,7 +951,7 @@ impl NodeCore {
             return;
         };
         let started = tokio::time::Instant::now();
-        self.outlive_own_lease().await;
+        self.outlive_own_lease(&membership).await;
         if self.metrics().current_leader != Some(self.id)
             || self.transferring.swap(true, Ordering::AcqRel)
         {
@@ -959,8 +970,12 @@ impl NodeCore {
 
     /// Waits until this leader's own vote is no longer under openraft's leader lease
     /// (see [`NodeCore::hand_over`]): the longest election timeout from when it began to
-    /// lead, plus a margin. Proposals go on meanwhile.
-    async fn outlive_own_lease(&self) {
+    /// lead, plus a margin. Proposals go on meanwhile. With more than three voters the
+    /// quick way is not tried, and there is nothing to wait for.
+    async fn outlive_own_lease(&self, membership: &openraft::Membership<NodeId, Member>) {
+        if membership.voter_ids().count() > QUICK_HAND_OVER_MAX_VOTERS {
+            return;
+        }
         let since = *self.leading_since.lock().unwrap_or_else(|p| p.into_inner());
         let lease = Duration::from_millis(self.config.election_timeout_ms * 2);
         if let Some((term, at)) = since
@@ -995,7 +1010,7 @@ impl NodeCore {
         let election = Duration::from_millis(self.config.election_timeout_ms);
         let lease = election * 2;
         let mut watch = self.raft.metrics();
-        if membership.voter_ids().count() <= 3 {
+        if membership.voter_ids().count() <= QUICK_HAND_OVER_MAX_VOTERS {
             // Nothing new is proposed now, so the target's log catches up with this one.
             let caught_up = matches!(
                 tokio::time::timeout(
