@@ -24,7 +24,7 @@ use crate::membership::{Identity, founding_cluster_id};
 use crate::metrics::NodeMetrics;
 use crate::network::{Network, PeerChannels};
 use crate::request_path::NodeCore;
-use crate::sm_store::SmStore;
+use crate::sm_store::{SaveObserver, SmStore};
 #[cfg(feature = "sim")]
 use crate::transport::Duplicator;
 use crate::transport::{Connector, NodeTransport};
@@ -205,7 +205,11 @@ impl Node {
             config.observer.clone(),
         )
         .map_err(StartError::StateMachine)?
-        .with_apply_warning(config.warning_apply_duration);
+        .with_apply_warning(config.warning_apply_duration)
+        .with_save_observer({
+            let metrics = metrics.clone();
+            SaveObserver(Arc::new(move |took| metrics.observe_snapshot_save(took)))
+        });
         let applied = sm.applied();
         // The log keeps only what follows the last snapshot. With the snapshot gone
         // (deleted, or a data directory copied without it), raft would ask the log for
@@ -234,7 +238,9 @@ impl Node {
             heartbeat_interval: config.heartbeat_ms,
             election_timeout_min: config.election_timeout_ms,
             election_timeout_max: config.election_timeout_ms * 2,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
+            // The ticker asks for snapshots (`NodeCore::snapshot_if_due`): raft's policy
+            // counts entries only, not what a snapshot costs to write.
+            snapshot_policy: openraft::SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: 0,
             max_payload_entries: 64,
             snapshot_max_chunk_size: crate::network::SNAPSHOT_CHUNK_BYTES,
@@ -492,6 +498,7 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
         }
         core.expire_waiters(tokio::time::Instant::now().into_std());
         core.measure_db_size();
+        core.snapshot_if_due().await;
         core.tick_if_due().await;
     }
 }

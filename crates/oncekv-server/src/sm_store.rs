@@ -305,6 +305,19 @@ pub struct SmStore {
     /// An entry whose apply takes longer is logged (etcd's
     /// `--experimental-warning-apply-duration`).
     warn_apply: std::time::Duration,
+    /// Told how long each snapshot file took to write (etcd's
+    /// `etcd_debugging_snap_save_total_duration_seconds`).
+    on_save: Option<SaveObserver>,
+}
+
+/// Receives the time each snapshot file took to write and sync.
+#[derive(Clone)]
+pub struct SaveObserver(pub Arc<dyn Fn(std::time::Duration) + Send + Sync>);
+
+impl std::fmt::Debug for SaveObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SaveObserver")
+    }
 }
 
 fn sm_err(e: impl std::fmt::Display) -> StorageError {
@@ -325,6 +338,12 @@ impl SmStore {
     /// Logs a warning for every entry whose apply takes longer than `limit`.
     pub fn with_apply_warning(mut self, limit: std::time::Duration) -> SmStore {
         self.warn_apply = limit;
+        self
+    }
+
+    /// Sets who is told how long each snapshot file took to write.
+    pub fn with_save_observer(mut self, observer: SaveObserver) -> SmStore {
+        self.on_save = Some(observer);
         self
     }
 
@@ -382,6 +401,7 @@ impl SmStore {
             dir: dir.to_path_buf(),
             persisted,
             warn_apply: DEFAULT_WARN_APPLY,
+            on_save: None,
         })
     }
 
@@ -403,11 +423,15 @@ impl SmStore {
         }
         let head = snapshot_file_head(meta, image)?;
         let path = self.dir.join(SNAPSHOT_FILE);
+        let started = std::time::Instant::now();
         write_atomically_with(&*self.disk, &path, |file| {
             file.write_all(&head)?;
             image.write_to(file)
         })
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        if let Some(observe) = &self.on_save {
+            (observe.0)(started.elapsed());
+        }
         *persisted = meta.last_log_id;
         Ok((head.len() + image.len()) as u64)
     }

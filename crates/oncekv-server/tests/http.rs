@@ -31,7 +31,8 @@ fn sample(metrics: &str, name: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_health_and_version_answer_curl() {
-    let mut c = TestCluster::start(3, |_| {}).await;
+    // Snapshots every 10 entries, so the snapshot metric has something to count.
+    let mut c = TestCluster::start(3, |cfg| cfg.snapshot_count = 10).await;
     let leader = c.wait_leader(Duration::from_secs(10)).await;
     let follower = (leader + 1) % 3;
     let mut kv = c.kv(follower).await;
@@ -54,6 +55,14 @@ async fn metrics_health_and_version_answer_curl() {
 
     // The follower's counters move as it applies: let it catch up first.
     c.wait_caught_up(leader, Duration::from_secs(10)).await;
+    let started = std::time::Instant::now();
+    while c.node(follower).core.metrics().snapshot.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the follower took no snapshot"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let base = c.endpoint(follower);
     let (status, text) = curl(&format!("{base}/metrics"));
     assert_eq!(status, 200, "{text}");
@@ -62,6 +71,13 @@ async fn metrics_health_and_version_answer_curl() {
     assert!(sample(&text, "etcd_server_leader_changes_seen_total") >= Some(1.0));
     assert!(sample(&text, "etcd_server_proposals_committed_total") >= Some(20.0));
     assert!(sample(&text, "etcd_disk_wal_fsync_duration_seconds_count") >= Some(1.0));
+    assert!(
+        sample(
+            &text,
+            "etcd_debugging_snap_save_total_duration_seconds_count"
+        ) >= Some(1.0),
+        "{text}"
+    );
     assert!(sample(&text, "etcd_mvcc_db_total_size_in_bytes").is_some());
     assert!(sample(&text, "etcd_debugging_mvcc_keys_total") >= Some(21.0));
     assert_eq!(sample(&text, "oncekv_sessions"), Some(1.0));

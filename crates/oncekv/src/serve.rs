@@ -585,7 +585,9 @@ fn port_tls(
 /// Settings shared by `serve` and `dev`.
 #[derive(Debug, Args, Clone)]
 pub struct Tuning {
-    /// Snapshot (and compact the log) every this many applied entries.
+    /// Snapshot (and compact the log) every this many applied entries. A snapshot is the
+    /// whole state, so once the last one was 64 MiB or more, the next also waits until the
+    /// log written since is a quarter of its size.
     #[arg(long, default_value_t = 10_000)]
     pub snapshot_count: u64,
     /// Raft heartbeat interval, in milliseconds.

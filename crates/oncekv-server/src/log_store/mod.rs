@@ -309,12 +309,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
     /// headers): with the snapshot file, what this member's data takes on disk.
     pub fn live_bytes(&self) -> u64 {
         let state = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-        state
-            .slots
-            .iter()
-            .map(|s| u64::from(s.len) + format::RECORD_HEADER_LEN as u64)
-            .sum::<u64>()
-            + state.segments.len() as u64 * format::FILE_HEADER_LEN as u64
+        state.slot_bytes + state.segments.len() as u64 * format::FILE_HEADER_LEN as u64
     }
 
     /// Number of fdatasync/fsync calls made on segment files since open (metrics, tests).

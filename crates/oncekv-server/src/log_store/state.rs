@@ -31,11 +31,20 @@ pub(super) struct Slot<NID: NodeId> {
     pub(super) cached: Option<Bytes>,
 }
 
+/// What `slot`'s record takes in its segment file, header included.
+fn record_bytes<NID: NodeId>(slot: &Slot<NID>) -> u64 {
+    u64::from(slot.len) + super::format::RECORD_HEADER_LEN as u64
+}
+
 /// The log's in-memory state. Invariant: `slots` hold consecutive indexes, all above
 /// `purged`; slots with index `>= cache_from` have `cached` set, the others do not.
 #[derive(Debug)]
 pub(super) struct State<NID: NodeId> {
     pub(super) slots: VecDeque<Slot<NID>>,
+    /// What the records of `slots` take in the segment files, headers included (kept as
+    /// slots come and go: the ticker reads it every heartbeat, and a long log holds
+    /// millions of slots).
+    pub(super) slot_bytes: u64,
     pub(super) vote: Option<Vote<NID>>,
     pub(super) committed: Option<LogId<NID>>,
     /// `committed` changed since it was last queued for the writer: the next record
@@ -84,6 +93,7 @@ impl<NID: NodeId> State<NID> {
     pub(super) fn new(segment_limit: u64, cache_limit: usize) -> State<NID> {
         State {
             slots: VecDeque::new(),
+            slot_bytes: 0,
             vote: None,
             committed: None,
             committed_dirty: false,
@@ -165,16 +175,18 @@ impl<NID: NodeId> State<NID> {
         } else {
             self.cache_from = slot.log_id.index + 1;
         }
+        self.slot_bytes += record_bytes(&slot);
         self.slots.push_back(slot);
     }
 
     /// Removes every entry with index `>= index`.
     pub(super) fn truncate_from(&mut self, index: u64) {
         while self.slots.back().is_some_and(|s| s.log_id.index >= index) {
-            if let Some(s) = self.slots.pop_back()
-                && let Some(b) = s.cached
-            {
-                self.cache_bytes -= b.len();
+            if let Some(s) = self.slots.pop_back() {
+                self.slot_bytes -= record_bytes(&s);
+                if let Some(b) = s.cached {
+                    self.cache_bytes -= b.len();
+                }
             }
         }
         self.cache_from = self.cache_from.min(index);
@@ -195,10 +207,11 @@ impl<NID: NodeId> State<NID> {
             .front()
             .is_some_and(|s| s.log_id.index <= log_id.index)
         {
-            if let Some(s) = self.slots.pop_front()
-                && let Some(b) = s.cached
-            {
-                self.cache_bytes -= b.len();
+            if let Some(s) = self.slots.pop_front() {
+                self.slot_bytes -= record_bytes(&s);
+                if let Some(b) = s.cached {
+                    self.cache_bytes -= b.len();
+                }
             }
         }
         self.cache_from = self.cache_from.max(log_id.index + 1);
