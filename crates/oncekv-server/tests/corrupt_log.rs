@@ -120,17 +120,18 @@ async fn a_missing_snapshot_is_named_with_the_recovery() {
         put(&mut kv, &format!("k{i:03}"), "v").await.unwrap();
     }
     let snapshot = cluster.data_dir(0).join("state").join("snapshot.bin");
+    // Also wait until no snapshot is due: a build still running when the member stops
+    // would write the file again after it is removed below.
     cluster
         .wait_for(
-            "a snapshot and a purged log",
+            "a snapshot, a purged log and no snapshot due",
             Duration::from_secs(10),
             |c| {
+                let m = c.node(0).core.metrics();
+                let index = |l: Option<openraft::LogId<u64>>| l.map_or(0, |l| l.index);
                 snapshot.exists()
-                    && c.node(0)
-                        .core
-                        .metrics()
-                        .purged
-                        .is_some_and(|p| p.index > 20)
+                    && index(m.purged) > 20
+                    && index(m.last_applied) < index(m.snapshot) + 20
             },
         )
         .await;
