@@ -89,17 +89,18 @@ async fn follower_down_past_a_snapshot_catches_up_by_snapshot_install() {
     for i in 0..300 {
         put(&mut kv, &format!("s{i}"), "v").await.unwrap();
     }
-    let metrics = cluster.node(leader).core.metrics();
-    let snapshot_index = metrics.snapshot.map_or(0, |s| s.index);
-    assert!(
-        snapshot_index >= 50,
-        "leader never snapshotted (snapshot at {snapshot_index})"
-    );
-    let purged = metrics.purged.map_or(0, |p| p.index);
-    assert!(
-        purged > 0,
-        "leader never purged its log, so a snapshot would not be needed"
-    );
+    // Snapshots are asked for by each member's ticker, a heartbeat after they are due;
+    // without a purged log the follower would catch up from the log instead.
+    cluster
+        .wait_for(
+            "the leader snapshotted and purged its log",
+            Duration::from_secs(10),
+            |c| {
+                let m = c.node(leader).core.metrics();
+                m.snapshot.is_some_and(|s| s.index >= 50) && m.purged.is_some_and(|p| p.index > 0)
+            },
+        )
+        .await;
 
     cluster.restart(follower).await;
     cluster
