@@ -395,8 +395,9 @@ impl Node {
     }
 
     /// Stops serving and shuts raft down (what is acknowledged is already durable). A
-    /// leader first hands leadership to another voter, as etcd does on stop, so that
-    /// clients find a leader at once rather than after an election timeout.
+    /// leader of up to three voters first hands leadership to another, as etcd does on
+    /// stop, so that clients find a leader at once rather than after an election timeout
+    /// (see [`NodeCore::hand_over_before_stop`]).
     pub async fn shutdown(self) {
         self.core.hand_over_before_stop().await;
         self.halt().await;
