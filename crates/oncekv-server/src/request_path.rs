@@ -941,7 +941,7 @@ impl NodeCore {
 
     /// etcd's MoveLeader, on the leader: hands leadership to voter `target`, and returns
     /// once `target` leads. This leader proposes nothing meanwhile (clients see it
-    /// unavailable and retry). See [`NodeCore::hand_over`] for how, without raft's
+    /// unavailable and retry). See `NodeCore::hand_over` for how, without raft's
     /// transfer message, which openraft 0.9 lacks.
     pub async fn move_leader(self: &Arc<Self>, target: NodeId) -> Result<(), String> {
         use std::sync::atomic::Ordering;
@@ -992,7 +992,7 @@ impl NodeCore {
     /// Before a graceful stop (etcd transfers leadership on stop too): if this member
     /// leads and another voter is there, hands leadership to the voter whose log is
     /// furthest along, so that clients find a leader at once instead of after an election
-    /// timeout. Only the quick way is tried (see [`NodeCore::hand_over`]): waiting out the
+    /// timeout. Only the quick way is tried (see `NodeCore::hand_over`): waiting out the
     /// followers' lease would keep writes stopped as long as the election it replaces. A
     /// leader younger than its own lease serves on until it has run out (at most two
     /// election timeouts). Leaves this member refusing proposals, as it is about to stop.
