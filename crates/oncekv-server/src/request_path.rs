@@ -140,6 +140,20 @@ pub fn snapshot_due(
 /// (see [`NodeCore::hand_over`]).
 const QUICK_HAND_OVER_MAX_VOTERS: usize = 3;
 
+/// Whether `membership` is small enough for the quick hand-over.
+fn quick_hand_over_fits(membership: &openraft::Membership<NodeId, Member>) -> bool {
+    membership.voter_ids().count() <= QUICK_HAND_OVER_MAX_VOTERS
+}
+
+/// The last log index the leader knows `id` holds (`None` on a follower, or nothing yet).
+fn matched_index(metrics: &RaftMetrics<NodeId, Member>, id: &NodeId) -> Option<u64> {
+    metrics
+        .replication
+        .as_ref()
+        .and_then(|r| r.get(id).cloned().flatten())
+        .map(|l| l.index)
+}
+
 /// The leader's read index after it confirmed its leadership with a quorum (errors with
 /// `NotLeader` on a follower). A confirmation extends `lease`, from the round's start.
 async fn leader_read_index(
@@ -1003,23 +1017,16 @@ impl NodeCore {
             return;
         }
         let membership = metrics.membership_config.membership().clone();
-        if membership.voter_ids().count() > QUICK_HAND_OVER_MAX_VOTERS {
+        if !quick_hand_over_fits(&membership) {
             tracing::info!(
                 "not handing leadership over before stopping: with more than {QUICK_HAND_OVER_MAX_VOTERS} voters it would take as long as the election"
             );
             return;
         }
-        let matched = |id: &NodeId| {
-            metrics
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(id).cloned().flatten())
-                .map(|l| l.index)
-        };
         let Some(target) = membership
             .voter_ids()
             .filter(|id| *id != self.id)
-            .max_by_key(|id| matched(id))
+            .max_by_key(|id| matched_index(&metrics, id))
         else {
             return;
         };
@@ -1046,7 +1053,7 @@ impl NodeCore {
     /// lead, plus a margin. Proposals go on meanwhile. With more than three voters the
     /// quick way is not tried, and there is nothing to wait for.
     async fn outlive_own_lease(&self, membership: &openraft::Membership<NodeId, Member>) {
-        if membership.voter_ids().count() > QUICK_HAND_OVER_MAX_VOTERS {
+        if !quick_hand_over_fits(membership) {
             return;
         }
         let since = *self.leading_since.lock().unwrap_or_else(|p| p.into_inner());
@@ -1082,20 +1089,13 @@ impl NodeCore {
         };
         let election = Duration::from_millis(self.config.election_timeout_ms);
         let lease = election * 2;
-        let mut watch = self.raft.metrics();
-        if membership.voter_ids().count() <= QUICK_HAND_OVER_MAX_VOTERS {
+        if quick_hand_over_fits(membership) {
+            let mut watch = self.raft.metrics();
             // Nothing new is proposed now, so the target's log catches up with this one.
             let caught_up = matches!(
                 tokio::time::timeout(
                     election,
-                    watch.wait_for(|m| {
-                        let matched = m
-                            .replication
-                            .as_ref()
-                            .and_then(|r| r.get(&target).cloned().flatten())
-                            .map(|l| l.index);
-                        matched >= m.last_log_index
-                    }),
+                    watch.wait_for(|m| matched_index(m, &target) >= m.last_log_index),
                 )
                 .await,
                 Ok(Ok(_))
@@ -1106,15 +1106,9 @@ impl NodeCore {
                     .ask_member(&target_url, Forwarded::Campaign)
                     .await
                     .is_ok()
+                && self.leads_within(target, election).await
             {
-                let led = tokio::time::timeout(
-                    election,
-                    watch.wait_for(|m| m.current_leader == Some(target)),
-                )
-                .await;
-                if matches!(led, Ok(Ok(_))) {
-                    return Ok(());
-                }
+                return Ok(());
             }
         }
         if !patient {
@@ -1123,14 +1117,10 @@ impl NodeCore {
         // A refused campaign may have deposed this leader already (a higher term in the
         // target's answers); then the target wins its next election without help.
         if self.metrics().current_leader != Some(self.id) {
-            let led = tokio::time::timeout(
-                lease * 2,
-                watch.wait_for(|m| m.current_leader == Some(target)),
-            )
-            .await;
-            return match led {
-                Ok(Ok(_)) => Ok(()),
-                _ => Err("etcdserver: leadership transfer timed out".into()),
+            return if self.leads_within(target, lease * 2).await {
+                Ok(())
+            } else {
+                Err("etcdserver: leadership transfer timed out".into())
             };
         }
         self.raft.runtime_config().heartbeat(false);
@@ -1152,16 +1142,21 @@ impl NodeCore {
             .forwarder
             .ask_member(&target_url, Forwarded::Campaign)
             .await;
-        let led = tokio::time::timeout(
-            lease * 2,
-            watch.wait_for(|m| m.current_leader == Some(target)),
-        )
-        .await;
+        let led = self.leads_within(target, lease * 2).await;
         match (campaign, led) {
-            (_, Ok(Ok(_))) => Ok(()),
+            (_, true) => Ok(()),
             (Err(e), _) => Err(format!("etcdserver: leadership transfer failed: {e}")),
             _ => Err("etcdserver: leadership transfer timed out".into()),
         }
+    }
+
+    /// Whether `target` leads, in this member's view, within `limit`.
+    async fn leads_within(&self, target: NodeId, limit: Duration) -> bool {
+        let mut watch = self.raft.metrics();
+        matches!(
+            tokio::time::timeout(limit, watch.wait_for(|m| m.current_leader == Some(target))).await,
+            Ok(Ok(_))
+        )
     }
 
     /// The fan-outs (corruption check, cluster health) waiting for members' answers.
