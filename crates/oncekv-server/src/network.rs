@@ -24,6 +24,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::log_store::Durability;
 use crate::pb::oncekv::raft_client::RaftClient;
 use crate::peer_wire::{CallError, Dialer, Frame, Method, WirePool};
 use crate::transport::Connector;
@@ -197,6 +198,11 @@ impl PeerChannels {
 #[derive(Debug, Clone)]
 pub struct Network {
     pub peers: PeerChannels,
+    /// This member's log, when it acknowledges its own appends before they are durable
+    /// ([`LogStore::ack_own_appends_early`](crate::log_store::LogStore::ack_own_appends_early)):
+    /// appends then carry the commit index only as far as it is durable (see
+    /// [`PeerClient`]'s `append_entries`).
+    pub durability: Option<Durability<NodeId>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -207,6 +213,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             url: node.peer_url.clone(),
             peers: self.peers.clone(),
+            durability: self.durability.clone(),
         }
     }
 }
@@ -217,6 +224,7 @@ pub struct PeerClient {
     target: NodeId,
     url: String,
     peers: PeerChannels,
+    durability: Option<Durability<NodeId>>,
 }
 
 impl PeerClient {
@@ -258,8 +266,10 @@ fn unreachable_err<E: std::error::Error>(
     )))
 }
 
-impl RaftNetwork<TypeConfig> for PeerClient {
-    async fn append_entries(
+impl PeerClient {
+    /// Sends one append, split into several when its entries add up to more than a peer
+    /// accepts.
+    async fn send_append(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
@@ -318,6 +328,25 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             }
         }
         Ok(AppendEntriesResponse::Success)
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    /// With this member's own appends acknowledged before they are durable, raft's commit
+    /// index may run ahead of this log's fdatasync; an append tells the follower only as
+    /// much of it as is durable here (the argument is on [`Durability`]). A follower never
+    /// lowers its commit index, and the next append or heartbeat carries the rest.
+    async fn append_entries(
+        &mut self,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Member, RaftError<NodeId>>> {
+        if let (Some(durability), Some(commit)) = (&self.durability, rpc.leader_commit) {
+            rpc.leader_commit = durability
+                .durable_prefix(commit)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        }
+        self.send_append(rpc, option).await
     }
 
     async fn install_snapshot(

@@ -197,6 +197,9 @@ impl Node {
             config.wal_dir.as_deref(),
         )?;
         let log = LogStore::<TypeConfig>::open(log_dir, log_options).await?;
+        // The leader writes its own entries while raft replicates them; the network and
+        // the state machine below wait on the log's durability where a commit needs it.
+        log.ack_own_appends_early(id);
         let log_handle = log.clone();
         let sm = SmStore::open_with(
             &config.data_dir.join("state"),
@@ -209,7 +212,8 @@ impl Node {
         .with_save_observer({
             let metrics = metrics.clone();
             SaveObserver(Arc::new(move |took| metrics.observe_snapshot_save(took)))
-        });
+        })
+        .with_durability(log.durability());
         let applied = sm.applied();
         // The log keeps only what follows the last snapshot. With the snapshot gone
         // (deleted, or a data directory copied without it), raft would ask the log for
@@ -251,6 +255,7 @@ impl Node {
         .map_err(|e| StartError::Raft(e.to_string()))?;
         let network = Network {
             peers: peers.clone(),
+            durability: Some(log.durability()),
         };
         let raft = Raft::new(id, Arc::new(raft_config), network, log, sm)
             .await

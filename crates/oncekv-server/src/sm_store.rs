@@ -22,6 +22,7 @@ use oncekv_core::waiting_list::{WaitError, WaitingList};
 use crate::disk::{AppendFile, Disk, write_atomically_with};
 use crate::error::ProposeError;
 
+use crate::log_store::Durability;
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
 
 /// The state machine snapshot, in the state directory.
@@ -308,6 +309,9 @@ pub struct SmStore {
     /// Told how long each snapshot file took to write (etcd's
     /// `etcd_debugging_snap_save_total_duration_seconds`).
     on_save: Option<SaveObserver>,
+    /// The member's log when it acknowledges its own appends before they are durable:
+    /// an entry is applied only once it is durable there (see [`Durability`]).
+    durability: Option<Durability<NodeId>>,
 }
 
 /// Receives the time each snapshot file took to write and sync.
@@ -338,6 +342,12 @@ impl SmStore {
     /// Logs a warning for every entry whose apply takes longer than `limit`.
     pub fn with_apply_warning(mut self, limit: std::time::Duration) -> SmStore {
         self.warn_apply = limit;
+        self
+    }
+
+    /// Applies an entry only once `durability` says it is durable in the member's log.
+    pub fn with_durability(mut self, durability: Durability<NodeId>) -> SmStore {
+        self.durability = Some(durability);
         self
     }
 
@@ -402,6 +412,7 @@ impl SmStore {
             persisted,
             warn_apply: DEFAULT_WARN_APPLY,
             on_save: None,
+            durability: None,
         })
     }
 
@@ -475,6 +486,13 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         I: IntoIterator<Item = openraft::Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
+        let entries: Vec<openraft::Entry<TypeConfig>> = entries.into_iter().collect();
+        if let (Some(durability), Some(last)) = (&self.durability, entries.last()) {
+            // On a leader that acknowledges its own appends early, raft's commit may run
+            // ahead of this member's fdatasync: nothing is applied (and so answered, read
+            // or put in a snapshot) before it is durable here.
+            durability.wait(last.log_id.index).await.map_err(sm_err)?;
+        }
         let mut out = Vec::new();
         let (last, revision) = {
             let mut inner = self.applied.write();

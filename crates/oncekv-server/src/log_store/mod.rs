@@ -11,7 +11,10 @@
 //!
 //! * [`RaftLogStorage::append`] returns as soon as the entries are queued and readable;
 //!   the [`LogFlushed`] callback fires **only after `fdatasync` returned** for a write that
-//!   contains them (or with an error, after which the log refuses all writes).
+//!   contains them (or with an error, after which the log refuses all writes). The one
+//!   exception is opt-in: after [`LogStore::ack_own_appends_early`], a leader's appends of
+//!   its own entries are acknowledged when queued, and whoever would act on them waits on
+//!   [`Durability`] instead (see there for why that is safe).
 //! * Group commit: one writer thread drains everything queued, writes it, calls
 //!   `fdatasync` once, and only then fires every callback of that batch.
 //! * `save_vote` returns only once its record is durable. `save_committed` returns at
@@ -312,6 +315,28 @@ impl<C: RaftTypeConfig> LogStore<C> {
         state.slot_bytes + state.segments.len() as u64 * format::FILE_HEADER_LEN as u64
     }
 
+    /// Acknowledges appends made under this node's own leadership (`id` is this node) as
+    /// soon as they are queued instead of after their fdatasync, so that raft replicates
+    /// them while this node writes them (openraft 0.9 runs nothing else until an append
+    /// is acknowledged). Appends made as a follower are still acknowledged after their
+    /// fdatasync: a follower's acknowledgement tells the leader the entry is durable.
+    ///
+    /// Only sound together with the two uses of [`Durability`] that `Node` sets up: an
+    /// entry is applied only once it is durable here, and an append tells followers the
+    /// commit index only as far as this log is durable.
+    pub fn ack_own_appends_early(&self, id: C::NodeId) {
+        if let Ok(mut st) = self.lock() {
+            st.acks_early_for = Some(id);
+        }
+    }
+
+    /// A handle that tells when entries of this log are durable.
+    pub fn durability(&self) -> Durability<C::NodeId> {
+        Durability {
+            inner: self.inner.clone(),
+        }
+    }
+
     /// Number of fdatasync/fsync calls made on segment files since open (metrics, tests).
     pub fn fsync_count(&self) -> u64 {
         self.inner.shared.fsyncs.load(Ordering::Relaxed)
@@ -422,6 +447,114 @@ impl<C: RaftTypeConfig> LogStore<C> {
     }
 }
 
+/// Tells when entries of a [`LogStore`] are durable: for those who act on an entry that
+/// [`LogStore::ack_own_appends_early`] acknowledged before its fdatasync.
+///
+/// Why acknowledging early is sound: openraft 0.9 uses a leader's acknowledgement of its
+/// own append only to count the leader in the commit quorum, so raft's commit index may
+/// now pass entries that are durable on fewer members than a quorum (one follower and not
+/// yet the leader). Such a commit lives in the leader's memory only, and nothing acts on
+/// it: the leader applies (answers, serves reads from, snapshots) an entry only once its
+/// own copy is durable, and tells followers a commit index only as far as its log is
+/// durable ([`Durability::durable_prefix`]). By then the entry is durable on the leader
+/// and on the follower(s) whose acknowledgements made the quorum, which is what a commit
+/// promises. If the leader crashes first, its in-memory commit is lost with it, before
+/// anyone saw it; the entry survives or not as any uncommitted entry does.
+pub struct Durability<NID: NodeId> {
+    inner: Arc<Inner<NID>>,
+}
+
+impl<NID: NodeId> Clone for Durability<NID> {
+    fn clone(&self) -> Self {
+        Durability {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<NID: NodeId> fmt::Debug for Durability<NID> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Durability")
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<NID: NodeId> Durability<NID> {
+    /// `upto` if it and every entry before it are durable, else the last entry before it
+    /// that is (`None` if none is present and durable and nothing is purged).
+    pub fn durable_prefix(&self, upto: LogId<NID>) -> Result<Option<LogId<NID>>, LogError> {
+        let st = self.state()?;
+        if st.purged.as_ref().is_some_and(|p| upto.index <= p.index) {
+            return Ok(Some(upto));
+        }
+        let synced = self.inner.shared.synced.borrow().seq;
+        let end = match st.position(upto.index) {
+            Some(pos) => pos + 1,
+            None if st.slots.back().is_some_and(|s| s.log_id.index < upto.index) => st.slots.len(),
+            None => 0,
+        };
+        // Record numbers grow with the index (see `needed_seq`): the durable entries are
+        // a prefix of the present ones.
+        let durable = st.slots.partition_point(|s| s.seq <= synced).min(end);
+        Ok(match durable.checked_sub(1) {
+            Some(pos) if st.slots[pos].log_id.index == upto.index => Some(upto),
+            Some(pos) => Some(st.slots[pos].log_id.clone()),
+            None => st.purged.clone(),
+        })
+    }
+
+    /// Waits until entry `index` and every entry before it are durable. Fails if the entry
+    /// is not in the log (truncated away) or the writer failed.
+    pub async fn wait(&self, index: u64) -> Result<(), LogError> {
+        let mut synced = self.inner.shared.synced.subscribe();
+        loop {
+            // Looked up again after every fdatasync: a truncation may have replaced the
+            // entry with one written later.
+            let Some(seq) = self.needed_seq(index)? else {
+                return Ok(());
+            };
+            let now = *synced.borrow_and_update();
+            if now.seq >= seq {
+                return Ok(());
+            }
+            if now.failed {
+                return Err(LogError::WriterFailed(
+                    self.inner
+                        .shared
+                        .failure()
+                        .unwrap_or_else(|| "log writer failed".to_string()),
+                ));
+            }
+            synced.changed().await.map_err(|_| LogError::WriterGone)?;
+        }
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State<NID>>, LogError> {
+        self.inner
+            .state
+            .lock()
+            .map_err(|_| LogError::Inconsistent("log state lock poisoned by a panic".to_string()))
+    }
+
+    /// The record sequence number whose fdatasync makes entry `index` durable, `None` if
+    /// it is already (purged, or found on disk at open). Within the present log, record
+    /// numbers grow with the index (a truncation removes a tail, later appends get higher
+    /// numbers), so the entry's own record being synced covers every entry before it.
+    fn needed_seq(&self, index: u64) -> Result<Option<u64>, LogError> {
+        let st = self.state()?;
+        if st.purged.as_ref().is_some_and(|p| index <= p.index) {
+            return Ok(None);
+        }
+        match st.position(index) {
+            Some(pos) => Ok(Some(st.slots[pos].seq).filter(|&seq| seq > 0)),
+            None => Err(LogError::Inconsistent(format!(
+                "entry {index} is not in the log"
+            ))),
+        }
+    }
+}
+
 /// Queues a durability notification.
 fn notify<NID: NodeId>(st: &mut State<NID>) -> oneshot::Receiver<std::io::Result<()>> {
     let (tx, rx) = oneshot::channel();
@@ -511,7 +644,8 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     }
 
     /// Returns once the entries are queued and readable; `callback` fires only after the
-    /// fdatasync covering them returned.
+    /// fdatasync covering them returned, or at once for a leader's own entries once
+    /// [`LogStore::ack_own_appends_early`] was called.
     async fn append<I>(
         &mut self,
         entries: I,
@@ -521,8 +655,21 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        self.append_with(entries, Box::new(move |res| callback.log_io_completed(res)))
-            .map_err(|e| e.into_storage(ErrorSubject::Logs, ErrorVerb::Write))
+        let err = |e: LogError| e.into_storage(ErrorSubject::Logs, ErrorVerb::Write);
+        // openraft saves a vote before the appends made under it, and awaits both, so the
+        // vote read here is the one this append is made under.
+        let as_leader = self.lock().map_err(err)?.appends_as_leader();
+        if as_leader {
+            // A write error fails the writer: the next call reports it, and `Durability`
+            // never reports these entries durable, so they are neither applied nor told to
+            // followers as committed.
+            self.append_with(entries, Box::new(|_| {})).map_err(err)?;
+            callback.log_io_completed(Ok(()));
+            Ok(())
+        } else {
+            self.append_with(entries, Box::new(move |res| callback.log_io_completed(res)))
+                .map_err(err)
+        }
     }
 
     /// Removes entries with index `>= log_id.index` at once (in memory); the truncation

@@ -56,6 +56,9 @@ pub(super) struct State<NID: NodeId> {
     /// Length the active segment will have once everything queued is written.
     pub(super) active_len: u64,
     pub(super) next_seq: u64,
+    /// This node's id once [`LogStore::ack_own_appends_early`](super::LogStore::ack_own_appends_early)
+    /// was called: appends made under its own leadership are acknowledged when queued.
+    pub(super) acks_early_for: Option<NID>,
     pub(super) cache_from: u64,
     pub(super) cache_bytes: usize,
     pub(super) segment_limit: u64,
@@ -101,6 +104,7 @@ impl<NID: NodeId> State<NID> {
             segments: BTreeSet::new(),
             active_len: 0,
             next_seq: 1,
+            acks_early_for: None,
             cache_from: 0,
             cache_bytes: 0,
             segment_limit,
@@ -108,6 +112,15 @@ impl<NID: NodeId> State<NID> {
             outbox: Vec::new(),
             tx: None,
         }
+    }
+
+    /// Whether an append now is this node's own, made as the leader of the vote it holds:
+    /// the vote is committed (a quorum granted it) and names this node.
+    pub(super) fn appends_as_leader(&self) -> bool {
+        let (Some(me), Some(vote)) = (&self.acks_early_for, &self.vote) else {
+            return false;
+        };
+        vote.is_committed() && vote.leader_id().voted_for().as_ref() == Some(me)
     }
 
     /// The id of the last present entry, or the purge point when none is present.

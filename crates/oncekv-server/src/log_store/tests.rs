@@ -781,3 +781,91 @@ async fn live_bytes_keeps_count_through_truncation_purge_and_reopen() -> TestRes
     assert_eq!(store.live_bytes(), recount_live_bytes(&store));
     Ok(())
 }
+
+/// Opens the gate when dropped, so that a failing test does not leave the writer held
+/// (dropping the store joins the writer).
+struct Reopen(Arc<SyncGate>);
+
+impl Drop for Reopen {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+// A leader's own appends are acknowledged when queued (raft replicates them while they are
+// written); a follower's only once durable, since its acknowledgement tells the leader so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leaders_own_appends_are_acknowledged_before_fdatasync() -> TestResult {
+    let dir = TempDir::new()?;
+    let (gate, options, path) = gated(dir.path());
+    let mut store = LogStore::<TestConfig>::open(&path, options).await?;
+    let _reopen = Reopen(gate.clone());
+    store.ack_own_appends_early(1);
+
+    // Leading (a committed vote naming this node): acknowledged with the fdatasync held.
+    store.save_vote(&Vote::new_committed(2, 1)).await?;
+    gate.close();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        store.blocking_append([entry(2, 0)]),
+    )
+    .await
+    .map_err(|_| "the leader's append was not acknowledged before its fdatasync")??;
+    gate.wait_arrivals(1);
+    assert_eq!(store.durability().durable_prefix(log_id(2, 0))?, None);
+    gate.open();
+    store.durability().wait(0).await?;
+
+    // Following node 2: not acknowledged until the fdatasync returned.
+    store.save_vote(&Vote::new_committed(3, 2)).await?;
+    gate.close();
+    let mut follower = store.clone();
+    let append = tokio::spawn(async move { follower.blocking_append([entry(3, 1)]).await });
+    gate.wait_arrivals(2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !append.is_finished(),
+        "a follower's append acknowledged before its fdatasync"
+    );
+    gate.open();
+    tokio::time::timeout(Duration::from_secs(10), append).await???;
+    Ok(())
+}
+
+// `Durability` answers from the records' fdatasync, and a truncation takes away what it
+// removed: an entry at a truncated index is durable only once its replacement is.
+#[tokio::test]
+async fn durability_follows_fdatasync_and_truncation() -> TestResult {
+    let dir = TempDir::new()?;
+    let (gate, options, path) = gated(dir.path());
+    let mut store = LogStore::<TestConfig>::open(&path, options).await?;
+    let _reopen = Reopen(gate.clone());
+    store.blocking_append((0..3).map(|i| entry(1, i))).await?;
+    let durability = store.durability();
+    assert_eq!(durability.durable_prefix(log_id(1, 2))?, Some(log_id(1, 2)));
+
+    gate.close();
+    store.append_with((3..6).map(|i| entry(1, i)), Box::new(|_| {}))?;
+    gate.wait_arrivals(1);
+    // Written, not yet synced: the durable prefix ends before them.
+    assert_eq!(durability.durable_prefix(log_id(1, 5))?, Some(log_id(1, 2)));
+    assert_eq!(durability.durable_prefix(log_id(1, 9))?, Some(log_id(1, 2)));
+    let waiting = tokio::spawn({
+        let d = durability.clone();
+        async move { d.wait(4).await }
+    });
+    // Entries 4 and 5 go; 4 comes back from another term while the first write is held.
+    store.truncate(log_id(1, 4)).await?;
+    store.append_with([entry(2, 4)], Box::new(|_| {}))?;
+    assert_eq!(durability.durable_prefix(log_id(2, 4))?, Some(log_id(1, 2)));
+    assert!(matches!(
+        durability.wait(5).await,
+        Err(LogError::Inconsistent(_))
+    ));
+
+    gate.open();
+    tokio::time::timeout(Duration::from_secs(10), waiting).await???;
+    tokio::time::timeout(Duration::from_secs(10), durability.wait(4)).await??;
+    assert_eq!(durability.durable_prefix(log_id(2, 4))?, Some(log_id(2, 4)));
+    Ok(())
+}

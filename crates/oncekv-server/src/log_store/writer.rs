@@ -70,16 +70,39 @@ pub(super) struct Staged {
     pub(super) seq: u64,
 }
 
+/// What the writer has made durable: the highest record `seq` covered by a completed
+/// fdatasync, and whether the writer failed (nothing more becomes durable then).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Synced {
+    pub(super) seq: u64,
+    pub(super) failed: bool,
+}
+
 /// Counters shared between the writer and the store.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct WriterShared {
     /// fdatasync/fsync calls made, for tests and metrics.
     pub(super) fsyncs: AtomicU64,
     /// Highest record `seq` whose bytes are in the file (readable with `pread`).
     pub(super) written_seq: AtomicU64,
+    /// Published after every fdatasync (and on failure), for those waiting on an entry's
+    /// durability rather than on a callback of their own (see `Durability`).
+    pub(super) synced: tokio::sync::watch::Sender<Synced>,
     /// Set once the writer failed; the message of the first error.
     pub(super) failed: Mutex<Option<String>>,
     pub(super) on_fsync: Option<super::FsyncObserver>,
+}
+
+impl Default for WriterShared {
+    fn default() -> Self {
+        WriterShared {
+            fsyncs: AtomicU64::new(0),
+            written_seq: AtomicU64::new(0),
+            synced: tokio::sync::watch::Sender::new(Synced::default()),
+            failed: Mutex::new(None),
+            on_fsync: None,
+        }
+    }
 }
 
 impl WriterShared {
@@ -277,6 +300,7 @@ impl Writer {
             if let Ok(mut f) = self.shared.failed.lock() {
                 f.get_or_insert_with(|| msg.to_string());
             }
+            self.shared.synced.send_modify(|s| s.failed = true);
         }
     }
 
@@ -367,6 +391,13 @@ impl Writer {
         }
         self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.batch += 1;
+        // Before any callback of the batch runs: whoever learns of the flush from a
+        // callback finds the entries durable here too.
+        self.shared.synced.send_if_modified(|s| {
+            let newer = max_seq > s.seq;
+            s.seq = s.seq.max(max_seq);
+            newer
+        });
         Ok(())
     }
 
