@@ -497,6 +497,8 @@ async fn join(config: &NodeConfig, peers: &PeerChannels) -> Result<Identity, Sta
 /// cluster time past it. An idle cluster with nothing due writes nothing.
 async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
     let period = Duration::from_millis(core.config().heartbeat_ms.max(10));
+    // Before the first period too: `endpoint status` right after start reports the size.
+    core.measure_db_size();
     loop {
         tokio::select! {
             _ = stop.changed() => return,

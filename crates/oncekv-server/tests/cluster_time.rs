@@ -107,3 +107,27 @@ async fn cluster_time_never_runs_backwards_across_a_failover() {
         assert!(t >= before, "cluster time went back from {before} to {t}");
     }
 }
+
+// The data size `endpoint status` reports is measured by the ticker, every heartbeat and
+// once at start: a status before the first heartbeat names the log's size, not 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_the_data_size_before_the_first_heartbeat() {
+    use oncekv_server::pb::etcdserverpb::StatusRequest;
+    use oncekv_server::pb::etcdserverpb::maintenance_client::MaintenanceClient;
+
+    let started = Instant::now();
+    let cluster = TestCluster::start(1, |c| {
+        c.heartbeat_ms = 5_000;
+        c.election_timeout_ms = 15_000;
+    })
+    .await;
+    let mut m = MaintenanceClient::connect(cluster.endpoint(0))
+        .await
+        .unwrap();
+    let status = m.status(StatusRequest {}).await.unwrap().into_inner();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the first heartbeat may have passed; the check says nothing"
+    );
+    assert!(status.db_size > 0, "db size {}", status.db_size);
+}
