@@ -31,6 +31,16 @@ fn written_len(path: &Path) -> u64 {
         .map_or(0, |i| i as u64 + 1)
 }
 
+/// Offset of the last record's header in a segment (every record starts with `OKVR`). The
+/// last non-zero byte is not always in the last record: a record may end with zeros.
+fn last_record(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    bytes.windows(4).rposition(|w| w == b"OKVR").unwrap() as u64
+}
+
+/// A record header's length: its last byte is the end of the header's own checksum.
+const RECORD_HEADER_LEN: u64 = 26;
+
 fn flip_byte(path: &Path, offset: u64) {
     let mut bytes = std::fs::read(path).unwrap();
     bytes[offset as usize] ^= 0x5a;
@@ -62,7 +72,7 @@ async fn corrupted_last_record_is_detected_and_cut_on_restart() {
     let log_dir = cluster.configs[follower].data_dir.join("log");
     let newest = segments(&log_dir).pop().unwrap();
     let len = written_len(&newest);
-    flip_byte(&newest, len - 1);
+    flip_byte(&newest, last_record(&newest) + RECORD_HEADER_LEN - 1);
 
     cluster.restart(follower).await;
     let cut = cluster
