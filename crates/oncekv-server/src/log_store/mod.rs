@@ -613,10 +613,27 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         wait_durable(rx).await.map_err(err)
     }
 
+    /// openraft reads the vote once, at startup. A member that led when it stopped gets
+    /// its vote back as not granted (in memory only; the record stays), so that it starts
+    /// as a follower and leads again only after winning a new term.
+    ///
+    /// openraft 0.9 would otherwise resume leading in the same term at once. With
+    /// [`ack_own_appends_early`](Self::ack_own_appends_early) that is unsound: a crash
+    /// can lose entries of that term which followers already hold, and the resumed
+    /// leader would write different entries under the same log ids (same term, same
+    /// indexes), which the followers take for the ones they have, so the replicas' logs
+    /// differ where raft assumes they agree. A new term gives every new entry a new id.
+    /// (etcd also starts every member as a follower.)
     async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
-        let st = self
+        let mut st = self
             .lock()
             .map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))?;
+        if st.appends_as_leader()
+            && let Some(vote) = &st.vote
+            && let Some(me) = vote.leader_id().voted_for()
+        {
+            st.vote = Some(Vote::new(vote.leader_id().term, me));
+        }
         Ok(st.vote.clone())
     }
 

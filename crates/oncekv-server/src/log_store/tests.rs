@@ -832,6 +832,46 @@ async fn only_the_leaders_own_appends_are_acknowledged_before_fdatasync() -> Tes
     Ok(())
 }
 
+// A member whose own appends are acknowledged early must not resume leading its term
+// after a restart (a crash may have taken entries its followers hold): the vote it led
+// under comes back as not granted, and the member campaigns for a new term. Another
+// member's granted vote, and any vote without early acknowledgements, come back as saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_leader_gets_its_vote_back_as_not_granted() -> TestResult {
+    let dir = TempDir::new()?;
+    {
+        let mut store = open(dir.path()).await?;
+        store.save_vote(&Vote::new_committed(4, 1)).await?;
+    }
+    let mut plain = open(dir.path()).await?;
+    assert_eq!(plain.read_vote().await?, Some(Vote::new_committed(4, 1)));
+    drop(plain);
+    let mut other = open(dir.path()).await?;
+    other.ack_own_appends_early(2);
+    assert_eq!(other.read_vote().await?, Some(Vote::new_committed(4, 1)));
+    drop(other);
+
+    let (gate, options, path) = gated(dir.path());
+    let mut store = LogStore::<TestConfig>::open(&path, options).await?;
+    let _reopen = Reopen(gate.clone());
+    store.ack_own_appends_early(1);
+    assert_eq!(store.read_vote().await?, Some(Vote::new(4, 1)));
+    // In memory as well: until a new vote is saved, an append is not the leader's own and
+    // waits for its fdatasync.
+    gate.close();
+    let mut appender = store.clone();
+    let append = tokio::spawn(async move { appender.blocking_append([entry(4, 0)]).await });
+    gate.wait_arrivals(1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !append.is_finished(),
+        "an append under the restored vote was acknowledged before its fdatasync"
+    );
+    gate.open();
+    tokio::time::timeout(Duration::from_secs(10), append).await???;
+    Ok(())
+}
+
 // `Durability` answers from the records' fdatasync, and a truncation takes away what it
 // removed: an entry at a truncated index is durable only once its replacement is.
 #[tokio::test]
