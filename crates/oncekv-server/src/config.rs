@@ -112,6 +112,12 @@ pub struct NodeConfig {
     pub disk: Arc<dyn Disk>,
     /// Watches the state machine apply entries (simulation and tests only).
     pub observer: Option<Arc<dyn ApplyObserver>>,
+    /// Simulation only, to prove its checkers catch the loss: the leader still
+    /// acknowledges its own appends before they are durable, but nothing waits for them
+    /// (entries are applied and their commit is passed on before the leader's copy is
+    /// durable).
+    #[cfg(feature = "sim")]
+    pub break_durability_gates: bool,
 }
 
 impl NodeConfig {
@@ -161,6 +167,8 @@ impl NodeConfig {
             clock: Clock::system(),
             disk: crate::disk::os_disk(),
             observer: None,
+            #[cfg(feature = "sim")]
+            break_durability_gates: false,
         }
     }
 }

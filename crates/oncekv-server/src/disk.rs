@@ -44,6 +44,13 @@ pub trait Disk: Send + Sync + fmt::Debug {
     fn runs_on_runtime(&self) -> bool {
         false
     }
+    /// How long each batch of the log takes to reach the disk, on the runtime's clock;
+    /// read only where the log writes on the runtime ([`runs_on_runtime`](Self::runs_on_runtime)).
+    /// A simulation slows a node's disk this way so that crashes land while the node's
+    /// own entries are still unsynced and its peers' copies are not.
+    fn sync_delay(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// A file open for appending.

@@ -200,6 +200,10 @@ impl Node {
         // The leader writes its own entries while raft replicates them; the network and
         // the state machine below wait on the log's durability where a commit needs it.
         log.ack_own_appends_early(id);
+        #[cfg(feature = "sim")]
+        let gated = !config.break_durability_gates;
+        #[cfg(not(feature = "sim"))]
+        let gated = true;
         let log_handle = log.clone();
         let sm = SmStore::open_with(
             &config.data_dir.join("state"),
@@ -212,8 +216,12 @@ impl Node {
         .with_save_observer({
             let metrics = metrics.clone();
             SaveObserver(Arc::new(move |took| metrics.observe_snapshot_save(took)))
-        })
-        .with_durability(log.durability());
+        });
+        let sm = if gated {
+            sm.with_durability(log.durability())
+        } else {
+            sm
+        };
         let applied = sm.applied();
         // The log keeps only what follows the last snapshot. With the snapshot gone
         // (deleted, or a data directory copied without it), raft would ask the log for
@@ -255,7 +263,7 @@ impl Node {
         .map_err(|e| StartError::Raft(e.to_string()))?;
         let network = Network {
             peers: peers.clone(),
-            durability: Some(log.durability()),
+            durability: gated.then(|| log.durability()),
         };
         let raft = Raft::new(id, Arc::new(raft_config), network, log, sm)
             .await

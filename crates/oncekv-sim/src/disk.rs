@@ -8,7 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use oncekv_server::disk::{AppendFile, Disk, ReadAt};
 use rand::Rng;
@@ -40,6 +42,8 @@ struct Tree {
 pub struct MemDisk {
     tree: Mutex<Tree>,
     break_fsync: bool,
+    /// How long each log batch takes to reach the disk (simulated milliseconds).
+    sync_delay_ms: AtomicU64,
 }
 
 impl MemDisk {
@@ -47,7 +51,14 @@ impl MemDisk {
         MemDisk {
             tree: Mutex::default(),
             break_fsync,
+            sync_delay_ms: AtomicU64::new(0),
         }
+    }
+
+    /// Makes every later log batch take `ms` of simulated time to reach the disk (0: no
+    /// time, the default).
+    pub fn set_sync_delay(&self, ms: u64) {
+        self.sync_delay_ms.store(ms, Ordering::Relaxed);
     }
 
     /// What a power loss leaves: durable directory entries, each file cut to its synced
@@ -225,6 +236,10 @@ impl Disk for MemDisk {
 
     fn runs_on_runtime(&self) -> bool {
         true
+    }
+
+    fn sync_delay(&self) -> Duration {
+        Duration::from_millis(self.sync_delay_ms.load(Ordering::Relaxed))
     }
 }
 

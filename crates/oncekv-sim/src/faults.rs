@@ -36,6 +36,13 @@ pub enum Action {
     IsolateLeaderAtCommit { hold_ms: u64 },
     /// Crash a node (losing unsynced writes); it restarts at the repair.
     Crash { node: usize },
+    /// Make whichever node leads write its log this slowly (each batch takes `sync_ms`),
+    /// until the repair: its followers' copies become durable before its own.
+    SlowLeaderDisk { sync_ms: u64 },
+    /// Crash whichever node leads; it restarts at the repair. Scheduled inside a
+    /// [`Action::SlowLeaderDisk`] window, it lands while the leader's latest entries are
+    /// acknowledged by followers and not yet durable on the leader itself.
+    CrashLeader,
     /// Move a node's clock by this many milliseconds (it leads with it).
     ClockJump { node: usize, by_ms: i64 },
     /// Hold a client's messages to and from every node (sometimes for longer than the
@@ -61,6 +68,8 @@ impl Action {
             Action::Duplicate { .. } => "duplicate",
             Action::IsolateLeaderAtCommit { .. } => "isolate-at-commit",
             Action::Crash { .. } => "crash",
+            Action::SlowLeaderDisk { .. } => "slow-leader-disk",
+            Action::CrashLeader => "crash-leader",
             Action::ClockJump { .. } => "clock-jump",
             Action::PauseClient { .. } => "pause-client",
             Action::ReplaceMember { leader: true } => "replace-leader",
@@ -138,8 +147,11 @@ pub fn plan(
             56..=62 => Action::IsolateLeaderAtCommit {
                 hold_ms: rng.gen_range(1_000..=3_000),
             },
-            63..=80 => Action::Crash {
+            63..=74 => Action::Crash {
                 node: rng.gen_range(0..nodes),
+            },
+            75..=80 => Action::SlowLeaderDisk {
+                sync_ms: rng.gen_range(5..=60),
             },
             81..=89 => Action::ClockJump {
                 node: rng.gen_range(0..nodes),
@@ -157,7 +169,15 @@ pub fn plan(
             _ => rng.gen_range(100..3_000),
         };
         let instant = matches!(action, Action::ClockJump { .. } | Action::BlackHole { .. });
+        let slow_leader = matches!(action, Action::SlowLeaderDisk { .. });
         steps.push(Step { at_ms: t, action });
+        if slow_leader {
+            // The leader is mid-write for most of the window: crash it inside.
+            steps.push(Step {
+                at_ms: t + rng.gen_range(20..lasts.max(21)),
+                action: Action::CrashLeader,
+            });
+        }
         if !instant {
             // Sometimes a second fault overlaps the first (e.g. crash during partition).
             if rng.gen_bool(0.3) {

@@ -23,7 +23,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     start: u64,
     /// Switch a mechanism off inside the simulated server, to see the checkers catch it.
-    #[arg(long = "break", value_parser = ["dedup", "fsync"])]
+    #[arg(long = "break", value_parser = ["dedup", "fsync", "durability-gates"])]
     breaks: Vec<String>,
     /// Operations per client.
     #[arg(long, default_value_t = 40)]
@@ -87,6 +87,7 @@ fn main() -> ExitCode {
         breaks: Breaks {
             dedup: args.breaks.iter().any(|b| b == "dedup"),
             fsync: args.breaks.iter().any(|b| b == "fsync"),
+            durability_gates: args.breaks.iter().any(|b| b == "durability-gates"),
         },
         ..Options::default()
     };

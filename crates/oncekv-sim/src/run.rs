@@ -39,6 +39,9 @@ pub struct Breaks {
     pub dedup: bool,
     /// `fdatasync` acknowledges without syncing.
     pub fsync: bool,
+    /// The leader acknowledges its own appends before they are durable (as always) but
+    /// applies and passes on commits without waiting for its copy.
+    pub durability_gates: bool,
 }
 
 /// What to run.
@@ -131,6 +134,8 @@ struct NodeCtx {
     /// Leader-lease reads on every member (odd seeds): the linearizability checker then
     /// covers reads served under a lease, across crashes and partitions.
     lease_reads: bool,
+    /// [`Breaks::durability_gates`].
+    break_gates: bool,
     settings: Settings,
     trace: Trace,
     net: Net,
@@ -176,6 +181,7 @@ async fn run_node(ctx: NodeCtx) -> turmoil::Result {
     config.clock = clock;
     config.disk = ctx.disk.clone();
     config.observer = Some(ctx.observer.clone());
+    config.break_durability_gates = ctx.break_gates;
     if ctx.joining.load(Ordering::Acquire) {
         config.initial_cluster_state = oncekv_server::config::ClusterState::Existing;
     }
@@ -299,6 +305,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             cores: cores.clone(),
             snapshot_count,
             lease_reads: seed % 2 == 1,
+            break_gates: opts.breaks.durability_gates,
             settings,
             trace: trace.clone(),
             net: net.clone(),
@@ -621,6 +628,21 @@ impl World {
         }
     }
 
+    /// Crashes node `n` (its unsynced writes are lost); `None` if it is down already.
+    /// Returns the bytes lost.
+    fn crash(&mut self, sim: &mut turmoil::Sim<'_>, n: usize, rng: &mut StdRng) -> Option<u64> {
+        if self.crashed[n] {
+            return None;
+        }
+        sim.crash(node_name(n));
+        let lost = self.disks[n].crash(rng);
+        self.crashed[n] = true;
+        if let Some(slot) = lock(&self.cores).get_mut(n) {
+            *slot = None;
+        }
+        Some(lost)
+    }
+
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, action: &Action, rng: &mut StdRng) {
         let now = sim.elapsed().as_millis();
         let mut note = format!("fault {action:?}");
@@ -668,16 +690,25 @@ impl World {
             Action::Duplicate { rate_per_mille } => self.duplicates.set_rate(*rate_per_mille),
             Action::IsolateLeaderAtCommit { hold_ms } => self.trap.arm(*hold_ms),
             Action::Crash { node } => {
-                if !self.crashed[*node] {
-                    sim.crash(node_name(*node));
-                    let lost = self.disks[*node].crash(rng);
-                    self.crashed[*node] = true;
-                    if let Some(slot) = lock(&self.cores).get_mut(*node) {
-                        *slot = None;
-                    }
+                if let Some(lost) = self.crash(sim, *node, rng) {
                     note = format!("fault Crash n{node}, lost {lost} unsynced bytes");
                 }
             }
+            Action::SlowLeaderDisk { sync_ms } => match self.leader() {
+                Some(l) => {
+                    self.disks[l].set_sync_delay(*sync_ms);
+                    note = format!("fault SlowLeaderDisk n{l}, {sync_ms} ms per log write");
+                }
+                None => note = "fault SlowLeaderDisk (no leader)".to_string(),
+            },
+            Action::CrashLeader => match self.leader() {
+                Some(l) => {
+                    if let Some(lost) = self.crash(sim, l, rng) {
+                        note = format!("fault CrashLeader n{l}, lost {lost} unsynced bytes");
+                    }
+                }
+                None => note = "fault CrashLeader (no leader)".to_string(),
+            },
             Action::ClockJump { node, by_ms } => {
                 self.offsets[*node].fetch_add(*by_ms, Ordering::Relaxed);
             }
@@ -716,6 +747,9 @@ impl World {
             }
             Action::Heal => {
                 self.net.heal();
+                for disk in &self.disks {
+                    disk.set_sync_delay(0);
+                }
                 self.duplicates.set_rate(0);
                 self.trap.disarm();
                 let hosts = self.all_hosts();

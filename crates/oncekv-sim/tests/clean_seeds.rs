@@ -23,6 +23,8 @@ const FAULT_KINDS: &[&str] = &[
     "duplicate",
     "isolate-at-commit",
     "crash",
+    "slow-leader-disk",
+    "crash-leader",
     "clock-jump",
     "pause-client",
     "replace-leader",

@@ -39,3 +39,18 @@ fn broken_fsync_is_caught_within_200_seeds() {
         "no seed caught a server whose fsync acknowledges without syncing"
     );
 }
+
+// The leader's own appends are acknowledged before they are durable; what keeps that
+// safe is that nothing is applied or passed on as committed before the leader's copy is
+// durable. Without those gates a slow leader disk and a crash lose applied entries.
+#[test]
+fn broken_durability_gates_are_caught_within_200_seeds() {
+    let found = first_failing_seed(Breaks {
+        durability_gates: true,
+        ..Breaks::default()
+    });
+    assert!(
+        found.is_some(),
+        "no seed caught a leader that applies entries before its own copy is durable"
+    );
+}

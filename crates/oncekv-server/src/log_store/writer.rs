@@ -240,6 +240,12 @@ impl Writer {
         mut rx: tokio::sync::mpsc::UnboundedReceiver<Vec<Op>>,
     ) {
         while let Some(mut ops) = rx.recv().await {
+            // A slow disk: the batch waits as it would for the device, and what is queued
+            // meanwhile joins it. A crash during the wait loses all of it.
+            let delay = self.disk.sync_delay();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             while let Ok(more) = rx.try_recv() {
                 ops.extend(more);
             }
