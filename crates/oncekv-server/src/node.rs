@@ -433,6 +433,13 @@ impl Node {
         if let Err(e) = self.core.raft().shutdown().await {
             tracing::warn!("raft shutdown: {e}");
         }
+        // Raft is stopped, so nothing queues another record: the log's files are final
+        // when this returns. Its last write (the committed id, on drop of the last handle)
+        // would otherwise land whenever the last task holding a handle ends, after a
+        // caller may already be reading or copying the data directory.
+        if let Err(e) = self.core.flush_log().await {
+            tracing::warn!("flushing the raft log at stop: {e}");
+        }
     }
 }
 

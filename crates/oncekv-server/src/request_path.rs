@@ -384,6 +384,12 @@ impl NodeCore {
         &self.forwarder
     }
 
+    /// Waits until everything queued on the raft log, the latest committed id included,
+    /// is durable.
+    pub(crate) async fn flush_log(&self) -> Result<(), crate::log_store::LogError> {
+        self.log.flush().await
+    }
+
     /// Measures this member's data on disk again (the snapshot file plus the log entries
     /// not yet purged) and returns it.
     pub fn measure_db_size(&self) -> u64 {

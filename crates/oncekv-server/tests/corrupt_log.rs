@@ -61,6 +61,22 @@ async fn cluster_with_a_stopped_follower() -> (TestCluster, usize, usize) {
         .await;
     let follower = (leader + 1) % 3;
     cluster.stop(follower).await;
+    // Its log is final once `halt` returns: the tests below read and damage the files,
+    // and a record written after that (the committed id, written when the last handle
+    // of the log went) once landed where a test had just measured the end.
+    let log_dir = cluster.configs[follower].data_dir.join("log");
+    let contents = |dir: &Path| -> Vec<Vec<u8>> {
+        segments(dir)
+            .iter()
+            .map(|p| std::fs::read(p).unwrap())
+            .collect()
+    };
+    let at_stop = contents(&log_dir);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        contents(&log_dir) == at_stop,
+        "the stopped member's log changed after halt returned"
+    );
     (cluster, leader, follower)
 }
 
