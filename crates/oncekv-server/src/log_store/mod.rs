@@ -198,6 +198,16 @@ impl<C: RaftTypeConfig> fmt::Debug for LogStore<C> {
     }
 }
 
+impl<NID: NodeId> Inner<NID> {
+    /// The log's in-memory state, locked (shared by the store and its `Durability`
+    /// handles).
+    fn lock_state(&self) -> Result<MutexGuard<'_, State<NID>>, LogError> {
+        self.state
+            .lock()
+            .map_err(|_| LogError::Inconsistent("log state lock poisoned by a panic".to_string()))
+    }
+}
+
 impl<NID: NodeId> Drop for Inner<NID> {
     fn drop(&mut self) {
         // A clean close also writes the committed id still held in memory (best effort:
@@ -370,10 +380,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, State<C::NodeId>>, LogError> {
-        self.inner
-            .state
-            .lock()
-            .map_err(|_| LogError::Inconsistent("log state lock poisoned by a panic".to_string()))
+        self.inner.lock_state()
     }
 
     fn ensure_writable(&self) -> Result<(), LogError> {
@@ -531,10 +538,7 @@ impl<NID: NodeId> Durability<NID> {
     }
 
     fn state(&self) -> Result<MutexGuard<'_, State<NID>>, LogError> {
-        self.inner
-            .state
-            .lock()
-            .map_err(|_| LogError::Inconsistent("log state lock poisoned by a panic".to_string()))
+        self.inner.lock_state()
     }
 
     /// The record sequence number whose fdatasync makes entry `index` durable, `None` if
