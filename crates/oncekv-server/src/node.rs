@@ -436,9 +436,11 @@ impl Node {
         // Raft is stopped, so nothing queues another record: the log's files are final
         // when this returns. Its last write (the committed id, on drop of the last handle)
         // would otherwise land whenever the last task holding a handle ends, after a
-        // caller may already be reading or copying the data directory.
-        if let Err(e) = self.core.flush_log().await {
-            tracing::warn!("flushing the raft log at stop: {e}");
+        // caller may already be reading or copying the data directory. The clean-stop
+        // mark lets a member that led resume its term at the next start instead of
+        // waiting for an election (see `LogStore::read_vote`).
+        if let Err(e) = self.core.close_log_cleanly().await {
+            tracing::warn!("closing the raft log at stop: {e}");
         }
     }
 }

@@ -385,9 +385,9 @@ impl NodeCore {
     }
 
     /// Waits until everything queued on the raft log, the latest committed id included,
-    /// is durable.
-    pub(crate) async fn flush_log(&self) -> Result<(), crate::log_store::LogError> {
-        self.log.flush().await
+    /// is durable, and marks the log as stopped cleanly. Only once raft is stopped.
+    pub(crate) async fn close_log_cleanly(&self) -> Result<(), crate::log_store::LogError> {
+        self.log.close_cleanly().await
     }
 
     /// Measures this member's data on disk again (the snapshot file plus the log entries

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestCluster, put};
+use common::{TestCluster, get, put};
 use oncekv_server::pb::etcdserverpb::kv_client::KvClient;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,4 +75,44 @@ async fn a_write_sent_as_the_leader_goes_down_goes_to_the_next_leader() {
     assert!(revision.is_ok(), "{revision:?} after {:?}", sent.elapsed());
     let value = common::get(&mut kv, "after").await.unwrap();
     assert_eq!(value.map(|(v, _)| v).as_deref(), Some("v"));
+}
+
+// A cluster whose members all stopped cleanly comes back under the leader it had, in the
+// same term, without an election: the leader's log was closed whole (the clean-stop mark),
+// so it may resume its term at once. A leader that crashed may not (it could have lost
+// entries its followers hold; see `LogStore::read_vote`), which the simulation checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_stopped_cleanly_restarts_under_its_leader_without_an_election() {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
+    put(&mut kv, "before", "v").await.unwrap();
+    let term = cluster.node(leader).core.metrics().current_term;
+    // Followers first: a follower left running without its leader would campaign.
+    let order = [(leader + 1) % 3, (leader + 2) % 3, leader];
+    for i in order {
+        cluster.stop(i).await;
+    }
+    for i in order.into_iter().rev() {
+        cluster.restart(i).await;
+    }
+    assert_eq!(cluster.wait_leader(Duration::from_secs(10)).await, leader);
+    for i in 0..3 {
+        assert_eq!(
+            cluster.node(i).core.metrics().current_term,
+            term,
+            "member {i} is in another term: the restart held an election"
+        );
+    }
+    let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
+    put(&mut kv, "after", "v").await.unwrap();
+    assert_eq!(
+        get(&mut kv, "before")
+            .await
+            .unwrap()
+            .map(|(v, _)| v)
+            .as_deref(),
+        Some("v"),
+        "the value put before the restart is gone"
+    );
 }

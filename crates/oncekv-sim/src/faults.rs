@@ -43,6 +43,11 @@ pub enum Action {
     /// [`Action::SlowLeaderDisk`] window, it lands while the leader's latest entries are
     /// acknowledged by followers and not yet durable on the leader itself.
     CrashLeader,
+    /// Stop whichever node leads cleanly, as an operator would (`Node::halt`: raft stops,
+    /// the log is flushed and marked as closed cleanly); it starts again at the repair and
+    /// may resume its term. Only in hand-made schedules (the seeded plans do not draw it,
+    /// so that every seed keeps the plan it had).
+    StopLeader,
     /// Move a node's clock by this many milliseconds (it leads with it).
     ClockJump { node: usize, by_ms: i64 },
     /// Hold a client's messages to and from every node (sometimes for longer than the
@@ -70,6 +75,7 @@ impl Action {
             Action::Crash { .. } => "crash",
             Action::SlowLeaderDisk { .. } => "slow-leader-disk",
             Action::CrashLeader => "crash-leader",
+            Action::StopLeader => "stop-leader",
             Action::ClockJump { .. } => "clock-jump",
             Action::PauseClient { .. } => "pause-client",
             Action::ReplaceMember { leader: true } => "replace-leader",

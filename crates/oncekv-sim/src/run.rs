@@ -143,6 +143,8 @@ struct NodeCtx {
     /// Set while the node was wiped and added back: its next start joins the running
     /// cluster instead of founding one.
     joining: Arc<std::sync::atomic::AtomicBool>,
+    /// Turns true when the driver stops the node cleanly ([`Action::StopLeader`]).
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 fn node_name(i: usize) -> String {
@@ -208,7 +210,14 @@ async fn run_node(ctx: NodeCtx) -> turmoil::Result {
     if let Some(slot) = lock(&ctx.cores).get_mut(ctx.index) {
         *slot = Some(node.core.clone());
     }
-    std::future::pending::<()>().await;
+    // Runs until the driver asks for a clean stop, then stops as `oncekv dev` does on
+    // SIGTERM (no hand-over) and ends the host's software; the repair starts it again.
+    let mut stop = ctx.stop.clone();
+    if stop.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    node.halt().await;
+    ctx.trace.line(format!("{name} stopped cleanly"));
     Ok(())
 }
 
@@ -290,7 +299,10 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let mut disks = Vec::new();
     let mut offsets = Vec::new();
     let mut joining = Vec::new();
+    let mut stops = Vec::new();
     for i in 0..opts.nodes {
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        stops.push(stop);
         let ctx = NodeCtx {
             index: i,
             members: members.clone(),
@@ -311,6 +323,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             net: net.clone(),
             duplicates: duplicates.clone(),
             joining: Arc::default(),
+            stop: stop_rx,
         };
         joining.push(ctx.joining.clone());
         disks.push(ctx.disk.clone());
@@ -416,6 +429,8 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         replacing: vec![false; opts.nodes],
         admin,
         joining,
+        stops,
+        stopped: vec![false; opts.nodes],
         jobs,
         requests,
         disks,
@@ -557,6 +572,10 @@ struct World {
     /// Whether the admin host exists (the schedule replaces a member).
     admin: bool,
     joining: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// Per node: set to ask it for a clean stop; cleared before it starts again.
+    stops: Vec<tokio::sync::watch::Sender<bool>>,
+    /// Nodes stopped cleanly and not started again.
+    stopped: Vec<bool>,
     /// Replacements for the admin host to carry out.
     jobs: Arc<Mutex<Vec<membership::Replacement>>>,
     requests: membership::Requests,
@@ -617,6 +636,7 @@ impl World {
                     *phase = Phase::Wiped;
                 }
                 Phase::StartRequested => {
+                    self.stops[n].send_replace(false);
                     sim.bounce(node_name(n));
                     self.crashed[n] = false;
                     self.replacing[n] = false;
@@ -709,6 +729,20 @@ impl World {
                 }
                 None => note = "fault CrashLeader (no leader)".to_string(),
             },
+            Action::StopLeader => match self.leader() {
+                Some(l) => {
+                    // Down from now on for the driver (a crash meanwhile is a no-op); the
+                    // node itself halts over the next steps and ends.
+                    self.stops[l].send_replace(true);
+                    self.stopped[l] = true;
+                    self.crashed[l] = true;
+                    if let Some(slot) = lock(&self.cores).get_mut(l) {
+                        *slot = None;
+                    }
+                    note = format!("fault StopLeader n{l}");
+                }
+                None => note = "fault StopLeader (no leader)".to_string(),
+            },
             Action::ClockJump { node, by_ms } => {
                 self.offsets[*node].fetch_add(*by_ms, Ordering::Relaxed);
             }
@@ -759,7 +793,19 @@ impl World {
                     }
                 }
                 for n in 0..self.nodes {
+                    if self.stopped[n] {
+                        // Stopped cleanly, then the machine loses power: whatever the
+                        // stop left unsynced goes (nothing, if it closed the log as it
+                        // should; then the log's clean-stop mark is there too).
+                        self.stopped[n] = false;
+                        if !self.crashed[n] || self.replacing[n] {
+                            continue;
+                        }
+                        let lost = self.disks[n].crash(rng);
+                        note.push_str(&format!("; n{n}'s disk lost {lost} unsynced bytes"));
+                    }
                     if self.crashed[n] && !self.replacing[n] {
+                        self.stops[n].send_replace(false);
                         sim.bounce(node_name(n));
                         self.crashed[n] = false;
                     }

@@ -70,15 +70,10 @@ fn silent_peer_connections_are_replaced() {
     }
 }
 
-// Seed 11, once the leader's disk could be slow: the leader acknowledges its own appends
-// before they are durable, so its followers held entries of its term that a crash then
-// took from its own log. openraft 0.9 restarts a member that led as the leader of the
-// same term, and the restarted leader wrote new entries under the ids of the lost ones;
-// the followers took them for the entries they had, and the replicas' states parted
-// ("replica agreement" at index 9). A member now starts as a follower.
-#[test]
-fn a_leader_that_lost_its_unsynced_tail_does_not_resume_its_term() {
-    let opts = Options {
+/// Seed 11's window: the leader's disk turns slow (26 ms per log write) at 1.8 s, `then`
+/// hits the leader 156 ms later, and the repair comes `heal_after_ms` after that.
+fn slow_leader_then(then: Action, heal_after_ms: u64) -> Options {
+    Options {
         ops_per_client: 20,
         fault_secs: 6,
         schedule: Some(vec![
@@ -88,15 +83,26 @@ fn a_leader_that_lost_its_unsynced_tail_does_not_resume_its_term() {
             },
             Step {
                 at_ms: 1_956,
-                action: Action::CrashLeader,
+                action: then,
             },
             Step {
-                at_ms: 2_270,
+                at_ms: 1_956 + heal_after_ms,
                 action: Action::Heal,
             },
         ]),
         ..Options::default()
-    };
+    }
+}
+
+// Seed 11, once the leader's disk could be slow: the leader acknowledges its own appends
+// before they are durable, so its followers held entries of its term that a crash then
+// took from its own log. openraft 0.9 restarts a member that led as the leader of the
+// same term, and the restarted leader wrote new entries under the ids of the lost ones;
+// the followers took them for the entries they had, and the replicas' states parted
+// ("replica agreement" at index 9). A member now starts as a follower.
+#[test]
+fn a_leader_that_lost_its_unsynced_tail_does_not_resume_its_term() {
+    let opts = slow_leader_then(Action::CrashLeader, 314);
     for seed in [11, 2, 5] {
         let report = run_clean(seed, &opts);
         assert!(
@@ -106,6 +112,31 @@ fn a_leader_that_lost_its_unsynced_tail_does_not_resume_its_term() {
                 .any(|l| l.contains("fault CrashLeader n")),
             "seed {seed}: no leader was crashed, the schedule tests nothing:\n{}",
             report.trace.join("\n")
+        );
+    }
+}
+
+// The other side of the rule above: a leader stopped cleanly (its log flushed and marked
+// as closed whole) may resume its term at once when it starts again. Here it is stopped
+// while its disk is slow, so entries its followers hold are still being written on it
+// when the stop comes: the stop must wait for them before it marks the log. The restart
+// comes before or after the followers' election, so the old leader either resumes its
+// term or meets a newer one; both must keep every checker clean.
+#[test]
+fn a_leader_stopped_cleanly_mid_write_resumes_without_parting_the_replicas() {
+    for (seed, restart_after_ms) in [(2, 150), (3, 150), (5, 900), (7, 900)] {
+        let opts = slow_leader_then(Action::StopLeader, restart_after_ms);
+        let report = run_clean(seed, &opts);
+        let trace = report.trace.join("\n");
+        assert!(
+            trace.contains("ms per log write") && trace.contains("stopped cleanly"),
+            "seed {seed}: no leader with a slow disk stopped cleanly, the schedule tests nothing:\n{trace}"
+        );
+        // The power loss at the repair finds nothing unsynced, so what the restarted
+        // member reads is what it had acknowledged.
+        assert!(
+            trace.contains("disk lost 0 unsynced bytes"),
+            "seed {seed}: a clean stop left writes unsynced:\n{trace}"
         );
     }
 }

@@ -254,6 +254,12 @@ fn u64_at(buf: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Present in the log directory only while the log is closed cleanly: written by the
+/// writer after the fdatasync of everything queued before a clean close, and removed
+/// (with a directory fsync) before anything else is written to the log. So when it is
+/// found at open, every record the last process queued is on disk.
+pub(super) const CLEAN_STOP_FILE: &str = "clean-stop";
+
 /// File name of segment `id`: zero-padded so that names sort like ids.
 pub(super) fn segment_file_name(id: u64) -> String {
     format!("{id:020}.seg")

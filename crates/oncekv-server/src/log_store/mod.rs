@@ -53,6 +53,12 @@
 //! appends do not grow the file; a sealed segment is cut back to what was written, and
 //! recovery cuts the zeros off the newest one.
 //!
+//! `DIR/clean-stop` (empty) exists only between a [`LogStore::close_cleanly`], which
+//! writes it after the fdatasync of everything queued, and the next write of any kind,
+//! which first removes it durably (every open writes a new segment, so it never outlives
+//! an open). Found at open with a log that reads back whole, it tells that nothing queued
+//! was lost; see `read_vote` for what that allows.
+//!
 //! Reads use an in-memory index (log index → segment, offset, length, crc) and keep the
 //! payloads of the newest entries in memory (up to [`LogStoreOptions::cache_bytes`]), so
 //! replication of recent entries does no I/O and older ones cost one `pread` per run.
@@ -175,6 +181,8 @@ struct Inner<NID: NodeId> {
     disk: Arc<dyn Disk>,
     /// What [`LogStore::open`] cut off, if anything.
     torn_tail: Option<TornTail>,
+    /// [`LogStore::open`] found the log closed by [`LogStore::close_cleanly`] and whole.
+    clean_stop: bool,
     state: Mutex<State<NID>>,
     shared: Arc<WriterShared>,
     readers: ReadHandles,
@@ -252,6 +260,8 @@ impl<C: RaftTypeConfig> LogStore<C> {
             mut state,
             next_batch,
             torn_tail,
+            clean_stop,
+            marked,
         } = if on_runtime {
             replay()?
         } else {
@@ -271,6 +281,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
             shared.clone(),
             next_batch,
             options.segment_bytes,
+            marked,
         );
         #[cfg(test)]
         {
@@ -300,6 +311,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
                 readers: ReadHandles::default(),
                 thread: Mutex::new(handle),
                 torn_tail,
+                clean_stop,
             }),
             _types: PhantomData,
         };
@@ -311,6 +323,26 @@ impl<C: RaftTypeConfig> LogStore<C> {
     /// The torn tail [`open`](Self::open) found and cut off, if any.
     pub fn torn_tail(&self) -> Option<&TornTail> {
         self.inner.torn_tail.as_ref()
+    }
+
+    /// Whether the last process closed this log with [`close_cleanly`](Self::close_cleanly)
+    /// and it read back whole at [`open`](Self::open).
+    pub fn stopped_cleanly(&self) -> bool {
+        self.inner.clean_stop
+    }
+
+    /// Makes everything queued so far durable, then marks the log as stopped cleanly, so
+    /// that the next [`open`](Self::open) knows nothing queued was lost (see
+    /// [`RaftLogStorage::read_vote`] here for what that allows). Call it once raft is
+    /// stopped. Should anything be written afterwards, the writer first removes the mark,
+    /// so the mark never covers less than the whole log.
+    pub async fn close_cleanly(&self) -> Result<(), LogError> {
+        let rx = self.with_state(|st| {
+            st.queue_committed()?;
+            st.send(Op::MarkClean);
+            Ok(notify(st))
+        })?;
+        wait_durable(rx).await
     }
 
     /// The directory holding the segments.
@@ -628,11 +660,18 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     /// indexes), which the followers take for the ones they have, so the replicas' logs
     /// differ where raft assumes they agree. A new term gives every new entry a new id.
     /// (etcd also starts every member as a follower.)
+    ///
+    /// The exception is a log that [`close_cleanly`](Self::close_cleanly) marked and that
+    /// read back whole: then every entry this member appended in its term is here, there
+    /// is no lost tail to rewrite, and it resumes leading at once (a restart of a whole
+    /// cluster then needs no election).
     async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
+        let clean_stop = self.inner.clean_stop;
         let mut st = self
             .lock()
             .map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))?;
-        if st.appends_as_leader()
+        if !clean_stop
+            && st.appends_as_leader()
             && let Some(vote) = &st.vote
             && let Some(me) = vote.leader_id().voted_for()
         {

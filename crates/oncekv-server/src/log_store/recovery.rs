@@ -36,8 +36,8 @@ use serde::de::DeserializeOwned;
 
 use super::LogError;
 use super::format::{
-    FILE_HEADER_LEN, FileHeader, Found, Kind, MetaRecord, RECORD_HEADER_LEN, find_later_batch,
-    parse_record, parse_segment_file_name, segment_file_name,
+    CLEAN_STOP_FILE, FILE_HEADER_LEN, FileHeader, Found, Kind, MetaRecord, RECORD_HEADER_LEN,
+    find_later_batch, parse_record, parse_segment_file_name, segment_file_name,
 };
 use super::state::{Slot, State};
 use crate::disk::Disk;
@@ -50,6 +50,12 @@ pub(super) struct Recovered<C: RaftTypeConfig> {
     pub(super) next_batch: u64,
     /// The torn tail cut off the newest segment, if there was one.
     pub(super) torn_tail: Option<TornTail>,
+    /// The clean-stop marker was there and the log read back whole (nothing cut but the
+    /// reserved zeros): every record the last process wrote is here.
+    pub(super) clean_stop: bool,
+    /// The clean-stop marker is in the directory (whether or not the log read back
+    /// whole): the writer removes it before its first write.
+    pub(super) marked: bool,
 }
 
 /// A torn tail that recovery cut off (unacknowledged writes of a crash).
@@ -71,7 +77,12 @@ pub(super) fn recover<C: RaftTypeConfig>(
 ) -> Result<Recovered<C>, LogError> {
     disk.create_dir_all(dir)
         .map_err(|e| LogError::io("create directory", dir, e))?;
-    let ids = list_segments(disk, dir)?;
+    let names = disk
+        .list_dir(dir)
+        .map_err(|e| LogError::io("list", dir, e))?;
+    let marked = names.iter().any(|n| n == CLEAN_STOP_FILE);
+    let ids = segment_ids(&names);
+    let mut dropped_segment = false;
     let mut state = State::new(segment_limit, cache_limit);
     let mut max_batch = 0;
     let mut torn_tail = None;
@@ -92,6 +103,7 @@ pub(super) fn recover<C: RaftTypeConfig>(
             }
             Err(reason) => {
                 drop_torn_segment(disk, dir, &path, &buf, newest, reason)?;
+                dropped_segment = true;
                 continue;
             }
         };
@@ -153,24 +165,28 @@ pub(super) fn recover<C: RaftTypeConfig>(
         }
     }
     check_start(&state, dir)?;
+    let clean_stop = marked && torn_tail.is_none() && !dropped_segment;
+    if marked && !clean_stop {
+        tracing::warn!(dir = %dir.display(), "the log was marked as stopped cleanly, yet its tail was damaged; treating the stop as a crash");
+    }
     Ok(Recovered {
         state,
         next_batch: max_batch + 1,
         torn_tail,
+        clean_stop,
+        marked,
     })
 }
 
-/// Segment ids in `dir`, ascending. Other files are ignored.
-fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<u64>, LogError> {
-    let names = disk
-        .list_dir(dir)
-        .map_err(|e| LogError::io("list", dir, e))?;
+/// Segment ids among the file names of a log directory, ascending. Other files are
+/// ignored.
+fn segment_ids(names: &[String]) -> Vec<u64> {
     let mut ids: Vec<u64> = names
         .iter()
         .filter_map(|n| parse_segment_file_name(n))
         .collect();
     ids.sort_unstable();
-    Ok(ids)
+    ids
 }
 
 /// A segment whose file header is bad: fine (and removed) only if it is the newest and

@@ -872,6 +872,93 @@ async fn a_restarted_leader_gets_its_vote_back_as_not_granted() -> TestResult {
     Ok(())
 }
 
+/// Opens the log as a member that acknowledges its own appends early (node 1).
+async fn open_as_leader(dir: &Path) -> Result<Store, LogError> {
+    let store = open(dir).await?;
+    store.ack_own_appends_early(1);
+    Ok(store)
+}
+
+/// Leaves in `dir` the log of node 1 that led term 4, appended entries 0..3 and closed
+/// the log cleanly.
+async fn leader_log_closed_cleanly(dir: &Path) -> TestResult {
+    let mut store = open_as_leader(dir).await?;
+    store.save_vote(&Vote::new_committed(4, 1)).await?;
+    store.blocking_append((0..3).map(|i| entry(4, i))).await?;
+    assert!(!store.stopped_cleanly());
+    store.close_cleanly().await?;
+    Ok(())
+}
+
+// A leader whose log was closed cleanly gets its vote back as it was, and resumes its
+// term; the mark is gone as soon as the log is opened, so a crash after that is a crash
+// again, and a write after the mark takes the mark away.
+#[tokio::test]
+async fn a_leader_stopped_cleanly_resumes_its_term_and_only_then() -> TestResult {
+    let dir = TempDir::new()?;
+    let marker = dir.path().join(super::format::CLEAN_STOP_FILE);
+    leader_log_closed_cleanly(dir.path()).await?;
+    assert!(marker.exists(), "close_cleanly left no mark");
+    let mut store = open_as_leader(dir.path()).await?;
+    assert!(store.stopped_cleanly());
+    assert!(
+        !marker.exists(),
+        "the mark outlived the open that started a new segment"
+    );
+    assert_eq!(store.read_vote().await?, Some(Vote::new_committed(4, 1)));
+    assert_eq!(
+        summary(&store.try_get_log_entries(0..3).await?),
+        expected(4, 0..3)
+    );
+    drop(store);
+
+    // Dropped without close_cleanly: to the next open this is a crash.
+    let mut store = open_as_leader(dir.path()).await?;
+    assert!(!store.stopped_cleanly());
+    assert_eq!(store.read_vote().await?, Some(Vote::new(4, 1)));
+    store.save_vote(&Vote::new_committed(5, 1)).await?;
+
+    // Marked, then written to: the write removes the mark before it lands.
+    store.close_cleanly().await?;
+    assert!(marker.exists());
+    // (Acknowledged early, as the leader's own: flush to see it on disk.)
+    store.blocking_append([entry(5, 3)]).await?;
+    store.flush().await?;
+    assert!(
+        !marker.exists(),
+        "an append after the mark left the mark in place"
+    );
+    drop(store);
+    let mut store = open_as_leader(dir.path()).await?;
+    assert!(!store.stopped_cleanly());
+    assert_eq!(store.read_vote().await?, Some(Vote::new(5, 1)));
+    Ok(())
+}
+
+// A mark beside a log whose tail is damaged does not count: the damage says records were
+// lost, whatever the mark says.
+#[tokio::test]
+async fn a_clean_mark_over_a_torn_tail_counts_as_a_crash() -> TestResult {
+    let dir = TempDir::new()?;
+    leader_log_closed_cleanly(dir.path()).await?;
+    let newest = *segment_ids(dir.path()).last().ok_or("no segment")?;
+    let path = segment_path(dir.path(), newest);
+    let end = written_len(&path);
+    let mut bytes = fs::read(&path)?;
+    let last = usize::try_from(end)? - 1;
+    bytes[last] ^= 0xff;
+    fs::write(&path, &bytes)?;
+
+    let mut store = open_as_leader(dir.path()).await?;
+    assert!(
+        store.torn_tail().is_some(),
+        "the damaged record was not cut"
+    );
+    assert!(!store.stopped_cleanly());
+    assert_eq!(store.read_vote().await?, Some(Vote::new(4, 1)));
+    Ok(())
+}
+
 // `Durability` answers from the records' fdatasync, and a truncation takes away what it
 // removed: an entry at a truncated index is durable only once its replacement is.
 #[tokio::test]

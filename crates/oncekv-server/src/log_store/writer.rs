@@ -21,8 +21,8 @@ use bytes::Bytes;
 use crate::disk::{AppendFile, Disk};
 
 use super::format::{
-    FILE_HEADER_LEN, FLAG_LAST_IN_BATCH, FileHeader, Kind, RECORD_HEADER_LEN, RecordHeader,
-    segment_file_name,
+    CLEAN_STOP_FILE, FILE_HEADER_LEN, FLAG_LAST_IN_BATCH, FileHeader, Kind, RECORD_HEADER_LEN,
+    RecordHeader, segment_file_name,
 };
 
 /// Completion callback: receives the outcome of the fdatasync covering the operation.
@@ -39,6 +39,9 @@ pub(super) enum Op {
     Delete { ids: Vec<u64> },
     /// Call back once everything before this op is durable.
     Notify(Done),
+    /// Once everything before this op is durable, leave the clean-stop marker (see
+    /// [`CLEAN_STOP_FILE`]); the next write of any kind removes it first.
+    MarkClean,
 }
 
 impl std::fmt::Debug for Op {
@@ -54,6 +57,7 @@ impl std::fmt::Debug for Op {
             ),
             Op::Delete { ids } => write!(f, "Delete({ids:?})"),
             Op::Notify(_) => write!(f, "Notify"),
+            Op::MarkClean => write!(f, "MarkClean"),
         }
     }
 }
@@ -191,6 +195,9 @@ pub(super) struct Writer {
     staged_bytes: u64,
     /// Number of the next batch to write.
     batch: u64,
+    /// The clean-stop marker may be in the directory: it must go (durably) before any
+    /// other byte of the log is written.
+    clean_marked: bool,
     /// `Some` once an I/O error happened.
     failed: Option<String>,
     #[cfg(test)]
@@ -204,6 +211,7 @@ impl Writer {
         shared: Arc<WriterShared>,
         next_batch: u64,
         segment_bytes: u64,
+        clean_marked: bool,
     ) -> Writer {
         Writer {
             dir,
@@ -216,6 +224,7 @@ impl Writer {
             staged: Vec::new(),
             staged_bytes: 0,
             batch: next_batch,
+            clean_marked,
             failed: None,
             #[cfg(test)]
             gate: None,
@@ -268,7 +277,10 @@ impl Writer {
                 Op::Delete { ids } => delete.extend(ids),
                 Op::Record(r) if result.is_ok() => result = self.stage(r),
                 Op::Rotate { id } if result.is_ok() => result = self.rotate(id),
-                Op::Record(_) | Op::Rotate { .. } => {}
+                Op::MarkClean if result.is_ok() => {
+                    result = self.write_and_sync().and_then(|()| self.mark_clean());
+                }
+                Op::Record(_) | Op::Rotate { .. } | Op::MarkClean => {}
             }
         }
         if result.is_ok() {
@@ -332,6 +344,7 @@ impl Writer {
         if self.staged.is_empty() {
             return Ok(());
         }
+        self.unmark()?;
         let Some((id, file, len)) = &mut self.current else {
             return Err("internal: batch with no open segment".to_string());
         };
@@ -410,6 +423,7 @@ impl Writer {
     /// Seals the current segment and starts segment `id`.
     fn rotate(&mut self, id: u64) -> Result<(), String> {
         self.write_and_sync()?;
+        self.unmark()?;
         if let Some((old, _, len)) = &self.current
             && self.reserved_tail
         {
@@ -437,11 +451,51 @@ impl Writer {
         self.reserved_tail = false;
         file.sync_data()
             .map_err(|e| io_msg("fdatasync", &path, &e))?;
+        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.sync_dir()?;
+        self.current = Some((id, file, FILE_HEADER_LEN as u64));
+        Ok(())
+    }
+
+    fn sync_dir(&self) -> Result<(), String> {
         self.disk
             .sync_dir(&self.dir)
             .map_err(|e| io_msg("fsync directory", &self.dir, &e))?;
-        self.shared.fsyncs.fetch_add(2, Ordering::Relaxed);
-        self.current = Some((id, file, FILE_HEADER_LEN as u64));
+        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Leaves the clean-stop marker. Called only once everything staged before it is
+    /// durable; the file is empty, its presence is the message.
+    fn mark_clean(&mut self) -> Result<(), String> {
+        let path = self.dir.join(CLEAN_STOP_FILE);
+        let mut file = self
+            .disk
+            .create(&path)
+            .map_err(|e| io_msg("create", &path, &e))?;
+        file.sync_data()
+            .map_err(|e| io_msg("fdatasync", &path, &e))?;
+        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.sync_dir()?;
+        self.clean_marked = true;
+        Ok(())
+    }
+
+    /// Removes the clean-stop marker, durably, if it may be there. Before any write: a
+    /// marker left beside a record it does not cover would let a crash that lost that
+    /// record pass for a clean stop.
+    fn unmark(&mut self) -> Result<(), String> {
+        if !self.clean_marked {
+            return Ok(());
+        }
+        let path = self.dir.join(CLEAN_STOP_FILE);
+        match self.disk.remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_msg("remove", &path, &e)),
+        }
+        self.sync_dir()?;
+        self.clean_marked = false;
         Ok(())
     }
 }
