@@ -444,6 +444,7 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     };
     let mut violations = Vec::new();
     let mut next = 0;
+    let mut last_leader = None;
     loop {
         let now = sim.elapsed().as_millis() as u64;
         while next < schedule.len() && schedule[next].at_ms <= now {
@@ -460,6 +461,18 @@ pub fn run(seed: u64, opts: &Options) -> Report {
                     sprung.node, sprung.client_id, sprung.seq, sprung.index
                 ),
             );
+        }
+        // Each new leader (or term) in the trace: how long elections take is then part of
+        // what a schedule can check.
+        let leader = world.leader().map(|l| (l, world.term_of(l)));
+        if leader.is_some() && leader != last_leader {
+            if let Some((l, term)) = leader {
+                trace.at(
+                    sim.elapsed().as_millis(),
+                    format!("leader n{l}, term {term}"),
+                );
+            }
+            last_leader = leader;
         }
         match stepped {
             Ok(true) => break,
@@ -600,6 +613,13 @@ impl World {
             .filter(|(i, c)| !self.crashed[*i] && c.leader() == Some(c.id()))
             .max_by_key(|(_, c)| c.term())
             .map(|(i, _)| i)
+    }
+
+    fn term_of(&self, n: usize) -> u64 {
+        lock(&self.cores)
+            .get(n)
+            .and_then(|c| c.as_ref().map(|c| c.term()))
+            .unwrap_or(0)
     }
 
     fn all_hosts(&self) -> Vec<String> {

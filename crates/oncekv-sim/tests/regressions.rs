@@ -140,3 +140,49 @@ fn a_leader_stopped_cleanly_mid_write_resumes_without_parting_the_replicas() {
         );
     }
 }
+
+// Every member crashes at once and starts again (kill -9 of a whole cluster): a leader
+// must be elected at the first round, within one maximum election timeout (600 ms here)
+// of the start. Members used to come back holding their granted votes, and openraft
+// refuses every vote for an election timeout after it last saw a granted vote (counted
+// from the start), so the first candidate was refused by all and the cluster waited for a
+// second round (3-4 s with `oncekv dev`'s timeouts).
+#[test]
+fn a_cluster_that_crashed_whole_elects_at_the_first_round() {
+    const RESTART_MS: u64 = 2_100;
+    let crash = |node| Step {
+        at_ms: 2_000,
+        action: Action::Crash { node },
+    };
+    let opts = Options {
+        ops_per_client: 20,
+        fault_secs: 6,
+        schedule: Some(vec![
+            crash(0),
+            crash(1),
+            crash(2),
+            Step {
+                at_ms: RESTART_MS,
+                action: Action::Heal,
+            },
+        ]),
+        ..Options::default()
+    };
+    for seed in [1, 2, 3, 4] {
+        let report = run_clean(seed, &opts);
+        let elected = report.trace.iter().find_map(|l| {
+            let (at, rest) = l.trim_start().split_once(' ')?;
+            let at: u64 = at.parse().ok()?;
+            (at > RESTART_MS && rest.starts_with("leader n")).then_some(at)
+        });
+        let trace = report.trace.join("\n");
+        let Some(elected) = elected else {
+            panic!("seed {seed}: no leader after the restart:\n{trace}");
+        };
+        assert!(
+            elected - RESTART_MS <= 650,
+            "seed {seed}: a leader only {} ms after the restart:\n{trace}",
+            elected - RESTART_MS
+        );
+    }
+}

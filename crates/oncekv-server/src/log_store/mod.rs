@@ -649,33 +649,44 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         wait_durable(rx).await.map_err(err)
     }
 
-    /// openraft reads the vote once, at startup. A member that led when it stopped gets
-    /// its vote back as not granted (in memory only; the record stays), so that it starts
-    /// as a follower and leads again only after winning a new term.
+    /// openraft reads the vote once, at startup. Once the store knows which member it
+    /// belongs to ([`ack_own_appends_early`](Self::ack_own_appends_early)), a granted vote
+    /// comes back as not granted (in memory only; the record stays), with one exception
+    /// below. Raft's safety does not rest on the flag (a member still never votes twice
+    /// in a term); two things do:
     ///
-    /// openraft 0.9 would otherwise resume leading in the same term at once. With
-    /// [`ack_own_appends_early`](Self::ack_own_appends_early) that is unsound: a crash
-    /// can lose entries of that term which followers already hold, and the resumed
-    /// leader would write different entries under the same log ids (same term, same
-    /// indexes), which the followers take for the ones they have, so the replicas' logs
-    /// differ where raft assumes they agree. A new term gives every new entry a new id.
-    /// (etcd also starts every member as a follower.)
-    ///
-    /// The exception is a log that [`close_cleanly`](Self::close_cleanly) marked and that
-    /// read back whole: then every entry this member appended in its term is here, there
-    /// is no lost tail to rewrite, and it resumes leading at once (a restart of a whole
-    /// cluster then needs no election).
+    /// * **This member's own vote: safety.** openraft 0.9 would resume leading in the same
+    ///   term at once. With early acknowledgements a crash can lose entries of that term
+    ///   which followers already hold, and the resumed leader would write different
+    ///   entries under the same log ids (same term, same indexes), which the followers
+    ///   take for the ones they have, so the replicas' logs would differ where raft
+    ///   assumes they agree. As a follower, it leads again only in a new term, and every
+    ///   new entry gets a new id. The exception: a log that
+    ///   [`close_cleanly`](Self::close_cleanly) marked and that read back whole holds
+    ///   every entry this member appended in its term, so it resumes leading at once (a
+    ///   cluster stopped cleanly comes back without an election).
+    /// * **Another member's vote: liveness.** openraft refuses to vote, for an election
+    ///   timeout after a granted vote was last seen, so as not to depose a live leader;
+    ///   at startup it counts from the start. When a whole cluster restarts after a crash
+    ///   every member then refuses the first candidate, and a leader is elected only at
+    ///   the second round (3-4 s with the default timeouts). A member that just started
+    ///   has heard from no leader, so it has no lease to protect. (Leader-lease reads do
+    ///   not rely on this: with them on, a member refuses all votes for a while after it
+    ///   starts, see `read_lease`.)
     async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
         let clean_stop = self.inner.clean_stop;
         let mut st = self
             .lock()
             .map_err(|e| e.into_storage(ErrorSubject::Vote, ErrorVerb::Read))?;
-        if !clean_stop
-            && st.appends_as_leader()
-            && let Some(vote) = &st.vote
-            && let Some(me) = vote.leader_id().voted_for()
+        let Some(me) = st.acks_early_for.clone() else {
+            return Ok(st.vote.clone());
+        };
+        if let Some(vote) = &st.vote
+            && vote.is_committed()
+            && let Some(holder) = vote.leader_id().voted_for()
+            && !(clean_stop && holder == me)
         {
-            st.vote = Some(Vote::new(vote.leader_id().term, me));
+            st.vote = Some(Vote::new(vote.leader_id().term, holder));
         }
         Ok(st.vote.clone())
     }
