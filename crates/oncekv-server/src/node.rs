@@ -433,6 +433,8 @@ impl Node {
         if let Err(e) = self.core.raft().shutdown().await {
             tracing::warn!("raft shutdown: {e}");
         }
+        // A snapshot build runs on a task raft's shutdown does not wait for.
+        self.core.applied().stop_snapshots().await;
         // Raft is stopped, so nothing queues another record: the log's files are final
         // when this returns. Its last write (the committed id, on drop of the last handle)
         // would otherwise land whenever the last task holding a handle ends, after a

@@ -55,6 +55,9 @@ pub struct Applied {
     /// Whether the applied auth store has auth on, kept after every apply and install:
     /// requests read it without the lock, and with auth off skip every auth check.
     auth_enabled: std::sync::atomic::AtomicBool,
+    /// Held by a snapshot build from before it copies the state until its file is
+    /// written; `true` once [`Applied::stop_snapshots`] ran, after which no build starts.
+    snapshot_builds: Arc<tokio::sync::Mutex<bool>>,
 }
 
 #[derive(Debug)]
@@ -93,6 +96,14 @@ impl Applied {
             return Ok(());
         }
         waiter.await
+    }
+
+    /// Waits for a snapshot build in flight to finish writing its file and lets no other
+    /// start. For a member that stops: openraft runs builds on a task of their own,
+    /// which its shutdown does not wait for, and a snapshot file written after the stop
+    /// returned would change a data directory its caller may already be reading.
+    pub async fn stop_snapshots(&self) {
+        *self.snapshot_builds.lock().await = true;
     }
 
     pub fn waiters(&self) -> &AppliedWaiters {
@@ -407,6 +418,7 @@ impl SmStore {
                 waiters: WaitingList::new(),
                 revision,
                 auth_enabled,
+                snapshot_builds: Arc::default(),
             }),
             dir: dir.to_path_buf(),
             persisted,
@@ -638,13 +650,21 @@ impl RaftSnapshotBuilder<TypeConfig> for SmStore {
         // hundreds of MB held a worker for seconds, and with every member snapshotting
         // at the same index (as they do) no heartbeat went out meanwhile and the cluster
         // changed leader. A simulation keeps it on the runtime, in seed order.
+        let gate = self.applied.snapshot_builds.clone().lock_owned().await;
+        if *gate {
+            return Err(sm_err("the member is stopping: no snapshot is built"));
+        }
         if self.disk.runs_on_runtime() {
             return self.build_snapshot_blocking();
         }
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.build_snapshot_blocking())
-            .await
-            .map_err(|e| sm_err(format!("the snapshot task failed: {e}")))?
+        tokio::task::spawn_blocking(move || {
+            let built = store.build_snapshot_blocking();
+            drop(gate);
+            built
+        })
+        .await
+        .map_err(|e| sm_err(format!("the snapshot task failed: {e}")))?
     }
 }
 
@@ -753,5 +773,63 @@ mod tests {
         };
         let err = image.write_to(&mut full).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+    }
+
+    // A stop waits for the snapshot build in flight to write its file, and no build
+    // starts after it: the data directory is final once a member's stop returns.
+    // The state lock is held across awaits on purpose: it keeps the build in flight.
+    #[allow(clippy::await_holding_lock)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_waits_for_the_snapshot_build_in_flight_and_refuses_new_ones() {
+        use oncekv_core::{Command, LogPayload, Op, PutRequest, Settings};
+        let dir = tempfile::TempDir::new().unwrap();
+        let store = SmStore::open(dir.path(), Settings::default()).unwrap();
+        let applied = store.applied();
+        {
+            let mut inner = applied.write();
+            let put = PutRequest {
+                key: b"k".to_vec().into(),
+                value: b"v".to_vec().into(),
+                ..PutRequest::default()
+            };
+            let entry = LogPayload {
+                cluster_time: 1_000,
+                commands: vec![Command::Untracked(Op::Put(put))],
+            };
+            inner.sm.apply(1, &entry);
+        }
+        let path = dir.path().join(SNAPSHOT_FILE);
+
+        // The build is held where it copies the state, with the gate taken.
+        let state = applied.write();
+        let mut builder = store.clone();
+        let build = tokio::spawn(async move { builder.build_snapshot().await.is_ok() });
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while applied.snapshot_builds.try_lock().is_ok() {
+            assert!(Instant::now() < deadline, "the build never took the gate");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let stop = tokio::spawn({
+            let applied = applied.clone();
+            async move { applied.stop_snapshots().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!stop.is_finished(), "the stop did not wait for the build");
+        drop(state);
+        stop.await.unwrap();
+        let written =
+            std::fs::read(&path).expect("the build's file is there once the stop returns");
+        assert!(build.await.unwrap(), "the build in flight failed");
+
+        let mut late = store.clone();
+        assert!(
+            late.build_snapshot().await.is_err(),
+            "a build started after the stop"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            written,
+            "the file changed after the stop"
+        );
     }
 }
