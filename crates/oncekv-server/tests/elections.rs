@@ -83,7 +83,9 @@ async fn a_write_sent_as_the_leader_goes_down_goes_to_the_next_leader() {
 // entries its followers hold; see `LogStore::read_vote`), which the simulation checks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_stopped_cleanly_restarts_under_its_leader_without_an_election() {
-    let mut cluster = TestCluster::start(3, |_| {}).await;
+    // A long election timeout: a follower that starts and does not hear from the
+    // restarted leader soon (a slow machine) must not campaign before it does.
+    let mut cluster = TestCluster::start(3, |c| c.election_timeout_ms = 2_000).await;
     let leader = cluster.wait_leader(Duration::from_secs(10)).await;
     let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
     put(&mut kv, "before", "v").await.unwrap();
