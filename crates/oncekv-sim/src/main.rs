@@ -281,7 +281,7 @@ struct Outcome {
 }
 
 /// The seed's line, and for a violation the violation, the trace and how to replay it.
-fn outcome_of(report: &Report, wall: f64, full_trace: bool) -> Outcome {
+fn outcome_of(report: &Report, wall: f64, args: &Args) -> Outcome {
     let seed = report.seed;
     let mut text = format!(
         "seed {seed}: {} in {wall:.1}s wall, {:.1}s simulated, {} calls ({} unknown), {} entries applied, {} executions, {} expiries, {} duplicates, {} commit traps, {} watch events ({} resumes), {} locks ({} fenced refusals), trace {:016x}\n",
@@ -301,7 +301,11 @@ fn outcome_of(report: &Report, wall: f64, full_trace: bool) -> Outcome {
         report.trace_hash,
     );
     if !report.ok() {
-        text.push_str(&failure_text(report, full_trace));
+        text.push_str(&failure_text(
+            report,
+            args.full_trace,
+            &replay_command(args, report.seed),
+        ));
     }
     Outcome {
         ok: report.ok(),
@@ -401,7 +405,7 @@ fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Outcome)) {
                         } else {
                             let t = Instant::now();
                             let report = run(seed, opts);
-                            outcome_of(&report, t.elapsed().as_secs_f64(), args.full_trace)
+                            outcome_of(&report, t.elapsed().as_secs_f64(), args)
                         };
                         if tx.send((seed, outcome)).is_err() {
                             return;
@@ -429,7 +433,22 @@ fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Outcome)) {
     });
 }
 
-fn failure_text(report: &Report, full: bool) -> String {
+/// The command that runs `seed` alone as this run did.
+fn replay_command(args: &Args, seed: u64) -> String {
+    let mut cmd = format!(
+        "cargo run --release -p oncekv-sim -- --seeds 1 --start {seed} --ops {} --nodes {} --clients {} --fault-secs {}",
+        args.ops, args.nodes, args.clients, args.fault_secs
+    );
+    for b in &args.breaks {
+        cmd.push_str(&format!(" --break {b}"));
+    }
+    if args.no_faults {
+        cmd.push_str(" --no-faults");
+    }
+    cmd
+}
+
+fn failure_text(report: &Report, full: bool, replay: &str) -> String {
     let mut text = format!("--- seed {} violated:\n", report.seed);
     for v in &report.violations {
         text.push_str(&format!("  * {v}\n"));
@@ -446,10 +465,7 @@ fn failure_text(report: &Report, full: bool) -> String {
     for line in &report.trace[skip..] {
         text.push_str(&format!("  {line}\n"));
     }
-    text.push_str(&format!(
-        "--- replay: cargo run --release -p oncekv-sim -- --seeds 1 --start {}\n",
-        report.seed
-    ));
+    text.push_str(&format!("--- replay: {replay}\n"));
     text
 }
 

@@ -221,6 +221,17 @@ async fn run_node(ctx: NodeCtx) -> turmoil::Result {
     Ok(())
 }
 
+/// The message a panic carried, if it was a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "a panic without a message"
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -452,7 +463,24 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             next += 1;
         }
         world.serve_admin(&mut sim, &mut rng);
-        let stepped = sim.step();
+        // A panic in a host's task shuts its runtime down (`tokio_unstable` builds), and
+        // turmoil's step then panics: a failure of the seed, reported with its trace
+        // like any other rather than unwinding through the caller.
+        let stepped = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.step())) {
+            Ok(stepped) => stepped,
+            Err(panic) => {
+                let at = sim.elapsed().as_millis();
+                violations.push(format!(
+                    "a simulated host panicked at {at} ms: {} (its own message is on stderr)",
+                    panic_message(&*panic)
+                ));
+                trace.at(
+                    at,
+                    "a simulated host panicked; the run stops here".to_string(),
+                );
+                break;
+            }
+        };
         for sprung in trap.take_sprung() {
             trace.at(
                 sim.elapsed().as_millis(),
