@@ -54,9 +54,9 @@
 //! recovery cuts the zeros off the newest one.
 //!
 //! `DIR/clean-stop` (empty) exists only between a [`LogStore::close_cleanly`], which
-//! writes it after the fdatasync of everything queued, and the next write of any kind,
-//! which first removes it durably (every open writes a new segment, so it never outlives
-//! an open). Found at open with a log that reads back whole, it tells that nothing queued
+//! writes it after the fdatasync of everything queued, and the next open (which removes
+//! it durably before it touches anything else) or the next write (which removes it
+//! first). Found at open with a log that reads back whole, it tells that nothing queued
 //! was lost; see `read_vote` for what that allows.
 //!
 //! Reads use an in-memory index (log index → segment, offset, length, crc) and keep the
@@ -261,7 +261,6 @@ impl<C: RaftTypeConfig> LogStore<C> {
             next_batch,
             torn_tail,
             clean_stop,
-            marked,
         } = if on_runtime {
             replay()?
         } else {
@@ -281,7 +280,6 @@ impl<C: RaftTypeConfig> LogStore<C> {
             shared.clone(),
             next_batch,
             options.segment_bytes,
-            marked,
         );
         #[cfg(test)]
         {

@@ -53,9 +53,6 @@ pub(super) struct Recovered<C: RaftTypeConfig> {
     /// The clean-stop marker was there and the log read back whole (nothing cut but the
     /// reserved zeros): every record the last process wrote is here.
     pub(super) clean_stop: bool,
-    /// The clean-stop marker is in the directory (whether or not the log read back
-    /// whole): the writer removes it before its first write.
-    pub(super) marked: bool,
 }
 
 /// A torn tail that recovery cut off (unacknowledged writes of a crash).
@@ -81,6 +78,16 @@ pub(super) fn recover<C: RaftTypeConfig>(
         .list_dir(dir)
         .map_err(|e| LogError::io("list", dir, e))?;
     let marked = names.iter().any(|n| n == CLEAN_STOP_FILE);
+    if marked {
+        // Consumed before anything here changes the log: were this open to cut a damaged
+        // tail and the process to die before it writes, the next open must not find the
+        // mark beside a log that lost records.
+        let path = dir.join(CLEAN_STOP_FILE);
+        disk.remove_file(&path)
+            .map_err(|e| LogError::io("remove", &path, e))?;
+        disk.sync_dir(dir)
+            .map_err(|e| LogError::io("fsync directory", dir, e))?;
+    }
     let ids = segment_ids(&names);
     let mut dropped_segment = false;
     let mut state = State::new(segment_limit, cache_limit);
@@ -174,7 +181,6 @@ pub(super) fn recover<C: RaftTypeConfig>(
         next_batch: max_batch + 1,
         torn_tail,
         clean_stop,
-        marked,
     })
 }
 

@@ -195,8 +195,8 @@ pub(super) struct Writer {
     staged_bytes: u64,
     /// Number of the next batch to write.
     batch: u64,
-    /// The clean-stop marker may be in the directory: it must go (durably) before any
-    /// other byte of the log is written.
+    /// This writer left the clean-stop marker: it must go (durably) before any other
+    /// byte of the log is written. (A marker found at open is removed by recovery.)
     clean_marked: bool,
     /// `Some` once an I/O error happened.
     failed: Option<String>,
@@ -211,7 +211,6 @@ impl Writer {
         shared: Arc<WriterShared>,
         next_batch: u64,
         segment_bytes: u64,
-        clean_marked: bool,
     ) -> Writer {
         Writer {
             dir,
@@ -224,7 +223,7 @@ impl Writer {
             staged: Vec::new(),
             staged_bytes: 0,
             batch: next_batch,
-            clean_marked,
+            clean_marked: false,
             failed: None,
             #[cfg(test)]
             gate: None,
