@@ -493,13 +493,13 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         // Each new leader (or term) in the trace: how long elections take is then part of
         // what a schedule can check.
         let leader = world.leader().map(|l| (l, world.term_of(l)));
-        if leader.is_some() && leader != last_leader {
-            if let Some((l, term)) = leader {
-                trace.at(
-                    sim.elapsed().as_millis(),
-                    format!("leader n{l}, term {term}"),
-                );
-            }
+        if let Some((l, term)) = leader
+            && leader != last_leader
+        {
+            trace.at(
+                sim.elapsed().as_millis(),
+                format!("leader n{l}, term {term}"),
+            );
             last_leader = leader;
         }
         match stepped {
