@@ -330,23 +330,7 @@ fn run_in_child(args: &Args, seed: u64) -> Outcome {
         Err(e) => return failed(format!("cannot find this binary to run a seed: {e}")),
     };
     let mut cmd = std::process::Command::new(exe);
-    cmd.args([
-        "--seeds",
-        "1",
-        "--start",
-        &seed.to_string(),
-        "--report-line",
-    ])
-    .args(["--ops", &args.ops.to_string()])
-    .args(["--nodes", &args.nodes.to_string()])
-    .args(["--clients", &args.clients.to_string()])
-    .args(["--fault-secs", &args.fault_secs.to_string()]);
-    for b in &args.breaks {
-        cmd.args(["--break", b]);
-    }
-    if args.no_faults {
-        cmd.arg("--no-faults");
-    }
+    cmd.args(["--report-line"]).args(seed_args(args, seed));
     if args.full_trace {
         cmd.arg("--full-trace");
     }
@@ -433,19 +417,35 @@ fn run_seeds(args: &Args, opts: &Options, mut done: impl FnMut(u64, Outcome)) {
     });
 }
 
-/// The command that runs `seed` alone as this run did.
-fn replay_command(args: &Args, seed: u64) -> String {
-    let mut cmd = format!(
-        "cargo run --release -p oncekv-sim -- --seeds 1 --start {seed} --ops {} --nodes {} --clients {} --fault-secs {}",
-        args.ops, args.nodes, args.clients, args.fault_secs
-    );
+/// The options that run `seed` alone as this run runs it (for a child process under
+/// `--jobs`, and for the replay line of a failure).
+fn seed_args(args: &Args, seed: u64) -> Vec<String> {
+    let mut out: Vec<String> = [
+        ("--seeds", 1),
+        ("--start", seed),
+        ("--ops", args.ops as u64),
+        ("--nodes", args.nodes as u64),
+        ("--clients", args.clients as u64),
+        ("--fault-secs", args.fault_secs),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
+    .collect();
     for b in &args.breaks {
-        cmd.push_str(&format!(" --break {b}"));
+        out.extend(["--break".to_string(), b.clone()]);
     }
     if args.no_faults {
-        cmd.push_str(" --no-faults");
+        out.push("--no-faults".to_string());
     }
-    cmd
+    out
+}
+
+/// The command that runs `seed` alone as this run did.
+fn replay_command(args: &Args, seed: u64) -> String {
+    format!(
+        "cargo run --release -p oncekv-sim -- {}",
+        seed_args(args, seed).join(" ")
+    )
 }
 
 fn failure_text(report: &Report, full: bool, replay: &str) -> String {
