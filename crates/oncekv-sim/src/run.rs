@@ -465,7 +465,9 @@ pub fn run(seed: u64, opts: &Options) -> Report {
         world.serve_admin(&mut sim, &mut rng);
         // A panic in a host's task shuts its runtime down (`tokio_unstable` builds), and
         // turmoil's step then panics: a failure of the seed, reported with its trace
-        // like any other rather than unwinding through the caller.
+        // like any other rather than unwinding through the caller. Not when a destructor
+        // panics again while this unwinds (tokio's scheduler, h2's poisoned streams):
+        // that aborts the process, which only a seed run in a child (`--jobs`) survives.
         let stepped = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.step())) {
             Ok(stepped) => stepped,
             Err(panic) => {
