@@ -317,9 +317,10 @@ fn outcome_of(report: &Report, wall: f64, args: &Args) -> Outcome {
 /// Runs one seed in a child process (this binary with `--seeds 1 --report-line`), for
 /// `--jobs`: a fresh process gives the seed the tokio task numbering it gets alone.
 fn run_in_child(args: &Args, seed: u64) -> Outcome {
-    let failed = |why: String| Outcome {
+    // `why` is one line; `detail` (what the child printed) follows it, indented.
+    let failed = |why: String, detail: String| Outcome {
         ok: false,
-        text: format!("seed {seed}: VIOLATION (of the harness: {why})\n"),
+        text: format!("seed {seed}: VIOLATION (of the harness: {why})\n{detail}"),
         totals: Totals {
             seeds: 1,
             ..Totals::default()
@@ -327,17 +328,29 @@ fn run_in_child(args: &Args, seed: u64) -> Outcome {
     };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
-        Err(e) => return failed(format!("cannot find this binary to run a seed: {e}")),
+        Err(e) => {
+            return failed(
+                format!("cannot find this binary to run a seed: {e}"),
+                String::new(),
+            );
+        }
     };
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["--report-line"]).args(seed_args(args, seed));
     if args.full_trace {
         cmd.arg("--full-trace");
     }
-    let output = match cmd.stderr(std::process::Stdio::inherit()).output() {
+    // The child's stderr is captured rather than inherited so that, when the child dies
+    // without its report (a panic that aborts while unwinding), the panic's own message
+    // goes into the seed's failure text instead of somewhere among other seeds' logs.
+    let output = match cmd.output() {
         Ok(output) => output,
-        Err(e) => return failed(format!("cannot start a child process: {e}")),
+        Err(e) => {
+            return failed(format!("cannot start a child process: {e}"), String::new());
+        }
     };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprint!("{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut text = String::new();
     let mut totals = None;
@@ -356,11 +369,37 @@ fn run_in_child(args: &Args, seed: u64) -> Outcome {
             text,
             totals,
         },
-        _ => failed(format!(
-            "the child process ended ({}) without its report; it printed:\n{text}",
-            output.status
-        )),
+        _ => failed(
+            format!(
+                "the child process ended ({}) without its report",
+                output.status
+            ),
+            format!("{text}{}", panics_in(&stderr)),
+        ),
     }
+}
+
+/// The panics a child wrote to stderr (each header with the message line after it), or
+/// its last lines if it wrote none: what a reader of a dead child's failure needs first.
+fn panics_in(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let mut out = String::new();
+    let mut found = 0;
+    for (i, line) in lines.iter().enumerate() {
+        if line.contains("panicked at") && found < 8 {
+            found += 1;
+            out.push_str(&format!("  stderr: {line}\n"));
+            if let Some(next) = lines.get(i + 1) {
+                out.push_str(&format!("  stderr: {next}\n"));
+            }
+        }
+    }
+    if found == 0 {
+        for line in &lines[lines.len().saturating_sub(10)..] {
+            out.push_str(&format!("  stderr: {line}\n"));
+        }
+    }
+    out
 }
 
 /// Runs the seeds, with `--jobs` above 1 each in a child process, `args.jobs` at a time,
@@ -472,6 +511,20 @@ fn failure_text(report: &Report, full: bool, replay: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_childs_panics_are_picked_out_of_its_stderr() {
+        let stderr = "log line\nthread 'main' panicked at src/a.rs:23:5:\nassertion failed: x\n\
+                      more log\nthread 'main' panicked at src/b.rs:1:1:\nRefCell already borrowed\n\
+                      fatal runtime error: aborting\n";
+        let picked = panics_in(stderr);
+        assert!(picked.contains("src/a.rs:23:5"), "{picked}");
+        assert!(picked.contains("assertion failed: x"), "{picked}");
+        assert!(picked.contains("RefCell already borrowed"), "{picked}");
+        assert!(!picked.contains("log line"), "{picked}");
+        let quiet = panics_in("one\ntwo\n");
+        assert!(quiet.contains("stderr: two"), "{quiet}");
+    }
 
     #[test]
     fn a_report_line_reads_back_as_written() {
