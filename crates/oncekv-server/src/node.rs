@@ -602,7 +602,13 @@ async fn fatal_watch(
     fatal: watch::Sender<Option<Stopped>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut metrics = core.raft().metrics();
+    // Woken by the server metrics (leader, vote, membership), which change on elections
+    // and membership changes only; the full metrics change at every append and apply,
+    // which under load woke this task (and `leadership_watch`) for nothing. The full
+    // metrics are read, never waited on: raft records a fatal error there before its core
+    // ends, and the end closes the server metrics channel.
+    let mut server = core.raft().server_metrics();
+    let metrics = core.raft().metrics();
     let own_peer_url = core
         .members()
         .get(&core.id())
@@ -610,17 +616,20 @@ async fn fatal_watch(
         .unwrap_or_default();
     loop {
         let (verdict, ask) = {
-            let m = metrics.borrow_and_update();
+            let s = server.borrow_and_update();
+            let m = metrics.borrow();
             match &m.running_state {
                 Err(e) => (Some(Stopped::Fatal(e.to_string())), Vec::new()),
                 Ok(()) => {
-                    let config = &m.membership_config;
+                    let config = &s.membership_config;
+                    // Possibly older than `s`: only a configuration that leaves this
+                    // member out waits for it, and that case asks again every second.
                     let applied = m.last_applied.map_or(0, |l| l.index);
                     let left_out = config.log_id().is_some_and(|l| l.index > 0)
                         && config.membership().get_node(&core.id()).is_none();
                     let committed = config.log_id().is_some_and(|l| l.index <= applied);
                     let leaderless =
-                        m.current_leader.is_none() && config.log_id().is_some_and(|l| l.index > 0);
+                        s.current_leader.is_none() && config.log_id().is_some_and(|l| l.index > 0);
                     if left_out && committed {
                         (Some(Stopped::Removed), Vec::new())
                     } else if left_out || leaderless {
@@ -669,9 +678,13 @@ async fn fatal_watch(
         tokio::select! {
             _ = stop.changed() => return,
             _ = recheck => {}
-            changed = metrics.changed() => if changed.is_err() {
+            changed = server.changed() => if changed.is_err() {
                 if !*stop.borrow() {
-                    let _ = fatal.send(Some(Stopped::Fatal("raft stopped unexpectedly".to_string())));
+                    let reason = match &metrics.borrow().running_state {
+                        Err(e) => e.to_string(),
+                        Ok(()) => "raft stopped unexpectedly".to_string(),
+                    };
+                    let _ = fatal.send(Some(Stopped::Fatal(reason)));
                 }
                 return;
             },
@@ -701,19 +714,23 @@ async fn initial_corrupt_check(core: Arc<NodeCore>, mut stop: watch::Receiver<bo
 /// When this node stops leading, everything waiting on it fails with `NotLeader` so that
 /// clients go to the new leader at once instead of waiting for a timeout.
 async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    let mut metrics = core.raft().metrics();
+    // The server metrics change with the leader and the vote only (see `fatal_watch`).
+    let mut server = core.raft().server_metrics();
     let mut was_leader = false;
     // etcd counts every change of the leader this member sees, the first one included.
     let mut last_seen = None;
     loop {
-        let leader = metrics.borrow_and_update().current_leader;
+        // A leader's term: its vote was stored (as a candidate's) before it was elected.
+        let (leader, term) = {
+            let s = server.borrow_and_update();
+            (s.current_leader, s.vote.leader_id().get_term())
+        };
         if leader != last_seen {
             core.node_metrics().leader_changed();
             last_seen = leader;
         }
         let is_leader = leader == Some(core.id());
         if is_leader != was_leader {
-            let term = metrics.borrow().current_term;
             core.set_leading(is_leader.then_some(term));
         }
         if was_leader && !is_leader {
@@ -727,7 +744,7 @@ async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) 
         was_leader = is_leader;
         tokio::select! {
             _ = stop.changed() => return,
-            changed = metrics.changed() => if changed.is_err() { return },
+            changed = server.changed() => if changed.is_err() { return },
         }
     }
 }
