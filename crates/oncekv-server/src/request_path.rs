@@ -846,6 +846,7 @@ impl NodeCore {
                     Err(reason) => reason,
                 })
             }
+            Forwarded::KnownLeader => ForwardedReply::KnownLeader(self.leader()),
         }
     }
 
