@@ -85,11 +85,7 @@ async fn a_write_sent_as_the_leader_goes_down_goes_to_the_next_leader() {
 async fn a_cluster_stopped_cleanly_restarts_under_its_leader_without_an_election() {
     // A long election timeout: a follower that starts and does not hear from the
     // restarted leader soon (a slow machine) must not campaign before it does.
-    let mut cluster = TestCluster::start(3, |c| c.election_timeout_ms = 2_000).await;
-    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
-    let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
-    put(&mut kv, "before", "v").await.unwrap();
-    let term = cluster.node(leader).core.metrics().current_term;
+    let (mut cluster, leader, term) = cluster_holding_a_value(2_000).await;
     // Followers first: a follower left running without its leader would campaign.
     let order = [(leader + 1) % 3, (leader + 2) % 3, leader];
     for i in order {
@@ -109,14 +105,27 @@ async fn a_cluster_stopped_cleanly_restarts_under_its_leader_without_an_election
     let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
     put(&mut kv, "after", "v").await.unwrap();
     assert_eq!(
-        get(&mut kv, "before")
-            .await
-            .unwrap()
-            .map(|(v, _)| v)
-            .as_deref(),
+        value_before(&cluster, leader).await.as_deref(),
         Some("v"),
         "the value put before the restart is gone"
     );
+}
+
+/// A 3-member cluster with `election_timeout_ms`, its leader, and that leader's term once
+/// "before" = "v" is written.
+async fn cluster_holding_a_value(election_timeout_ms: u64) -> (TestCluster, usize, u64) {
+    let cluster = TestCluster::start(3, |c| c.election_timeout_ms = election_timeout_ms).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
+    put(&mut kv, "before", "v").await.unwrap();
+    let term = cluster.node(leader).core.metrics().current_term;
+    (cluster, leader, term)
+}
+
+/// The value `cluster_holding_a_value` wrote, read through member `i`.
+async fn value_before(cluster: &TestCluster, i: usize) -> Option<String> {
+    let mut kv = KvClient::connect(cluster.endpoint(i)).await.unwrap();
+    get(&mut kv, "before").await.unwrap().map(|(v, _)| v)
 }
 
 /// Stops member `i` and removes its log's clean-stop mark, so that it starts again as
@@ -134,11 +143,7 @@ async fn crash(cluster: &mut TestCluster, i: usize) {
 // early campaign no leader can come within 3 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_that_crashed_whole_elects_before_an_election_timeout() {
-    let mut cluster = TestCluster::start(3, |c| c.election_timeout_ms = 6_000).await;
-    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
-    let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
-    put(&mut kv, "before", "v").await.unwrap();
-    let term = cluster.node(leader).core.metrics().current_term;
+    let (mut cluster, _, term) = cluster_holding_a_value(6_000).await;
     for i in 0..3 {
         crash(&mut cluster, i).await;
     }
@@ -156,15 +161,7 @@ async fn a_cluster_that_crashed_whole_elects_before_an_election_timeout() {
         cluster.node(leader).core.metrics().current_term > term,
         "no election was held: the crash was not taken for one"
     );
-    let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
-    assert_eq!(
-        get(&mut kv, "before")
-            .await
-            .unwrap()
-            .map(|(v, _)| v)
-            .as_deref(),
-        Some("v")
-    );
+    assert_eq!(value_before(&cluster, leader).await.as_deref(), Some("v"));
 }
 
 // A member that crashed and restarts alone asks the others first: they follow a leader,
@@ -172,9 +169,7 @@ async fn a_cluster_that_crashed_whole_elects_before_an_election_timeout() {
 // depose the leader). The term stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_restarts_alone_does_not_campaign_against_a_live_leader() {
-    let mut cluster = TestCluster::start(3, |c| c.election_timeout_ms = 6_000).await;
-    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
-    let term = cluster.node(leader).core.metrics().current_term;
+    let (mut cluster, leader, term) = cluster_holding_a_value(6_000).await;
     let follower = (leader + 1) % 3;
     crash(&mut cluster, follower).await;
     cluster.restart(follower).await;
