@@ -94,6 +94,7 @@ pub(crate) enum ForwardedReply {
     Health(String),
     /// Done, nothing to report.
     Done,
+    /// The leader the member knows now ([`Forwarded::KnownLeader`]), if any.
     KnownLeader(Option<NodeId>),
 }
 
