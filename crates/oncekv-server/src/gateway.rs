@@ -698,7 +698,13 @@ fn lines<T: 'static>(
     responses: impl Stream<Item = Result<T, Status>> + Send + 'static,
     write: fn(&T) -> Value,
 ) -> Response {
-    let lines = responses.map(move |r| {
+    // The first error is the last line, as a gRPC status ends a call (a service may go on
+    // yielding after an error of its request stream).
+    let lines = responses.scan(false, move |failed, r| {
+        if *failed {
+            return futures::future::ready(None);
+        }
+        *failed = r.is_err();
         let v = match r {
             Ok(resp) => json!({ "result": write(&resp) }),
             Err(s) => {
@@ -711,7 +717,9 @@ fn lines<T: 'static>(
                 } })
             }
         };
-        Ok::<_, std::convert::Infallible>(Bytes::from(format!("{v}\n")))
+        futures::future::ready(Some(Ok::<_, std::convert::Infallible>(Bytes::from(
+            format!("{v}\n"),
+        ))))
     });
     (
         [(header::CONTENT_TYPE, "application/json")],
@@ -847,24 +855,40 @@ async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
 
 /// `POST /v3/lease/keepalive` with one or more `{"ID": ...}` objects in the body: a
 /// `{"result": ...}` line per keep-alive, in order, from the service's keep-alive stream.
-/// etcd's gateway reads the body as it comes; this one reads it whole first.
-async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
+/// The body is read as it comes, as etcd's gateway reads it: a client may hold one
+/// request open and send a keep-alive whenever its lease needs one, each answered at
+/// once. A malformed first object is a 400 (nothing was answered yet); a later one ends
+/// the stream with an error line.
+async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> Response {
     use tonic::codec::Codec as _;
-    let lease = LeaseService {
-        node: g.core,
-        stop: g.stop,
+    let limit = g.core.config().max_request_bytes;
+    // Fused: when the body held no object, the chain below polls it again after its end.
+    let mut requests = Box::pin(json_values(body, limit).fuse().map(|v| {
+        v.and_then(object).and_then(|v| {
+            Ok(pb::LeaseKeepAliveRequest {
+                id: int_of(&v, "ID")?,
+            })
+        })
+    }));
+    let first = match requests.next().await {
+        Some(Ok(first)) => Some(first),
+        Some(Err(s)) => return error(&s),
+        None => None,
     };
-    let framed = match keep_alive_frames(&body) {
-        Ok(framed) => framed,
-        Err(s) => return error(&s),
-    };
+    let frames = futures::stream::iter(first.map(Ok))
+        .chain(requests)
+        .map(|r| r.map(|req| http_body::Frame::data(grpc_frame(&req))));
     let decoder = oncekv_proto::codec::Codec::<
         pb::LeaseKeepAliveResponse,
         pb::LeaseKeepAliveRequest,
     >::default()
     .decoder();
     let requests =
-        tonic::Streaming::new_request(decoder, http_body_util::Full::new(framed), None, None);
+        tonic::Streaming::new_request(decoder, http_body_util::StreamBody::new(frames), None, None);
+    let lease = LeaseService {
+        node: g.core,
+        stop: g.stop,
+    };
     match lease.lease_keep_alive(request(&headers, requests)).await {
         Ok(responses) => lines(responses.into_inner(), |r| {
             Obj::default()
@@ -877,25 +901,57 @@ async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: By
     }
 }
 
-/// The JSON objects of a keep-alive body as a gRPC request stream: each message framed
-/// as gRPC frames it (uncompressed, its length in four bytes big-endian).
-fn keep_alive_frames(body: &Bytes) -> Result<Bytes, Status> {
-    use prost::Message as _;
-    let mut framed = Vec::new();
-    for v in serde_json::Deserializer::from_slice(body).into_iter::<Value>() {
-        let v = v
-            .map_err(|e| Status::invalid_argument(format!("invalid JSON body: {e}")))
-            .and_then(object)?;
-        let message = pb::LeaseKeepAliveRequest {
-            id: int_of(&v, "ID")?,
+/// A message framed as gRPC frames it on the wire (uncompressed, its length in four bytes
+/// big-endian): what the service's request stream decodes.
+fn grpc_frame(message: &impl prost::Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut framed = Vec::with_capacity(5 + len);
+    framed.push(0);
+    framed.extend_from_slice(&(len as u32).to_be_bytes());
+    message.encode_raw(&mut framed);
+    framed.into()
+}
+
+/// The JSON values of a body, each as soon as its last byte has come (values may be
+/// separated by whitespace or nothing, as `serde_json`'s stream reader allows). An
+/// unfinished value longer than `limit` bytes, or one the body ends inside, is an error,
+/// after which the stream ends.
+fn json_values(body: Body, limit: usize) -> impl Stream<Item = Result<Value, Status>> + Send {
+    let invalid =
+        |e: &dyn std::fmt::Display| Status::invalid_argument(format!("invalid JSON body: {e}"));
+    let state = (body.into_data_stream(), Vec::<u8>::new(), false);
+    futures::stream::unfold(state, move |(mut chunks, mut buf, mut ended)| async move {
+        loop {
+            let parsed = {
+                let mut values = serde_json::Deserializer::from_slice(&buf).into_iter::<Value>();
+                values.next().map(|r| r.map(|v| (v, values.byte_offset())))
+            };
+            match parsed {
+                Some(Ok((value, used))) => {
+                    buf.drain(..used);
+                    return Some((Ok(value), (chunks, buf, ended)));
+                }
+                // Unfinished: read on (below), unless the body has ended.
+                Some(Err(e)) if e.is_eof() && !ended => {}
+                Some(Err(e)) => return Some((Err(invalid(&e)), (chunks, Vec::new(), true))),
+                None if ended => return None,
+                // Only whitespace so far.
+                None => {}
+            }
+            if buf.len() > limit {
+                let e = format!("an object longer than {limit} bytes");
+                return Some((Err(invalid(&e)), (chunks, Vec::new(), true)));
+            }
+            match chunks.next().await {
+                Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+                Some(Err(e)) => {
+                    let e = Status::invalid_argument(format!("reading the body: {e}"));
+                    return Some((Err(e), (chunks, Vec::new(), true)));
+                }
+                None => ended = true,
+            }
         }
-        .encode_to_vec();
-        framed.push(0);
-        // An int64 field: at most 11 bytes.
-        framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&message);
-    }
-    Ok(framed.into())
+    })
 }
 
 /// `POST /v3/watch` with `{"create_request": {...}}`: the watch's responses as a stream
@@ -1525,21 +1581,62 @@ mod tests {
         assert_eq!(v, json!({"named": "READWRITE", "unnamed": 7}));
     }
 
-    // Each JSON object of the body becomes one gRPC frame the service's stream decodes.
+    // Values split across chunks come out whole, each as soon as it is complete; a
+    // value the body ends inside is an error.
     #[tokio::test]
-    async fn keep_alive_bodies_become_a_request_stream() {
+    async fn json_values_are_read_across_chunks_as_they_come() {
+        let body = |chunks: &[&'static str]| {
+            let chunks: Vec<Result<Bytes, std::convert::Infallible>> = chunks
+                .iter()
+                .map(|c| Ok(Bytes::from_static(c.as_bytes())))
+                .collect();
+            Body::from_stream(futures::stream::iter(chunks))
+        };
+        let values: Vec<Value> =
+            json_values(body(&[r#"{"ID": "#, r#""7"} {"I"#, r#"D": 8}{}"#]), 1024)
+                .map(Result::unwrap)
+                .collect()
+                .await;
+        assert_eq!(values, [json!({"ID": "7"}), json!({"ID": 8}), json!({})]);
+        let cut: Vec<_> = json_values(body(&[r#"{"ID": 7} {"ID""#]), 1024)
+            .collect()
+            .await;
+        assert!(
+            cut[0].is_ok() && cut[1].is_err() && cut.len() == 2,
+            "{cut:?}"
+        );
+        let long: Vec<_> = json_values(body(&[r#"{"ID": "#, "123456789012"]), 8)
+            .collect()
+            .await;
+        assert!(long.len() == 1 && long[0].is_err(), "{long:?}");
+        assert!(
+            json_values(body(&[" \n "]), 8)
+                .collect::<Vec<_>>()
+                .await
+                .is_empty()
+        );
+    }
+
+    // A keep-alive request framed as gRPC frames it decodes back in the service's stream.
+    #[tokio::test]
+    async fn keep_alive_requests_are_framed_as_grpc_frames_them() {
         use tonic::codec::Codec as _;
-        let framed = keep_alive_frames(&Bytes::from_static(br#"{"ID": "7"} {"ID": 8}"#)).unwrap();
+        let framed: Vec<u8> = [7, 8]
+            .iter()
+            .flat_map(|id| grpc_frame(&pb::LeaseKeepAliveRequest { id: *id }).to_vec())
+            .collect();
         let decoder = oncekv_proto::codec::Codec::<
             pb::LeaseKeepAliveResponse,
             pb::LeaseKeepAliveRequest,
         >::default()
         .decoder();
-        let stream =
-            tonic::Streaming::new_request(decoder, http_body_util::Full::new(framed), None, None);
+        let stream = tonic::Streaming::new_request(
+            decoder,
+            http_body_util::Full::new(Bytes::from(framed)),
+            None,
+            None,
+        );
         let ids: Vec<i64> = stream.map(|r| r.unwrap().id).collect().await;
         assert_eq!(ids, [7, 8]);
-        assert!(keep_alive_frames(&Bytes::from_static(b"{} [1]")).is_err());
-        assert!(keep_alive_frames(&Bytes::new()).unwrap().is_empty());
     }
 }

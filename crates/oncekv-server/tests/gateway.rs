@@ -1,8 +1,9 @@
 //! etcd's JSON gateway with curl: put, range, txn, delete, lease grant, compaction, a
 //! streaming watch, etcd's error form, an exactly-once write through the session
 //! headers, etcd's documented auth flow, users and roles, the cluster and maintenance
-//! routes, lease keep-alives and snapshots as streams, the `/v3beta` prefix, and etcd's
-//! lock and election services.
+//! routes, lease keep-alives and snapshots as streams (a keep-alive request held open
+//! answered object by object), the `/v3beta` prefix, and etcd's lock and election
+//! services.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -603,6 +604,17 @@ async fn cluster_maintenance_keepalive_and_v3beta_over_http_json() {
     assert!(gone[0]["result"].get("TTL").is_none(), "{gone:?}");
     let (status, bad) = post_lines(&at("/v3/lease/keepalive"), r#"{"ID": "x"}"#);
     assert_eq!((status, &bad[0]["code"]), (400, &json!(3)), "{bad:?}");
+    // Nothing to keep alive: an empty answer (the server once panicked here).
+    let (status, none) = post_lines(&at("/v3/lease/keepalive"), "");
+    assert_eq!((status, none.len()), (200, 0), "{none:?}");
+    // A bad object after a good one: its answer, then one error line that ends it.
+    let (status, cut) = post_lines(
+        &at("/v3/lease/keepalive"),
+        &format!(r#"{{"ID": "{lease_id}"}} garbage {{"ID": "{lease_id}"}}"#),
+    );
+    assert_eq!((status, cut.len()), (200, 2), "{cut:?}");
+    assert_eq!(cut[0]["result"]["ID"], lease_id, "{cut:?}");
+    assert_eq!(cut[1]["error"]["grpc_code"], 3, "{cut:?}");
 
     // A snapshot: chunks that add up, the last with no bytes remaining.
     let (status, chunks) = post_lines(&at("/v3/maintenance/snapshot"), "{}");
@@ -766,4 +778,58 @@ async fn lock_and_election_over_http_json() {
     assert_eq!(beta["key"], b64(&format!("beta/{}", hex(&second_lease))));
     ok("/v3beta/lock/unlock", json!({"key": beta["key"]}));
     cluster.inner.shutdown().await;
+}
+
+// One keep-alive request held open: each object is answered as soon as it comes, before
+// the next is written, as etcd's gateway answers a client that keeps its lease alive over
+// one request. Spoken as raw HTTP/1.1 with a chunked body, so that nothing between the
+// test and the server (curl reads a piped body in whole buffers) holds a chunk back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_request_held_open_is_answered_object_by_object() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = TestCluster::start(1, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let base = cluster.endpoint(leader);
+    let (status, lease) = post(&format!("{base}/v3/lease/grant"), &json!({"TTL": 30}), &[]);
+    assert_eq!(status, 200, "{lease}");
+    let id = lease["ID"].as_str().unwrap().to_string();
+
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(
+        format!(
+            "POST /v3/lease/keepalive HTTP/1.1\r\nHost: {addr}\r\n\
+             Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answered = String::new();
+    for round in 1..=2 {
+        let object = format!("{{\"ID\": \"{id}\"}}\n");
+        let chunk = format!("{:x}\r\n{object}\r\n", object.len());
+        conn.write_all(chunk.as_bytes()).await.unwrap();
+        // Read until this round's answer is in, with the request still open.
+        let read = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut buf = [0u8; 4096];
+            while answered.matches("\"TTL\"").count() < round {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the server closed the connection: {answered}");
+                answered.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+        .await;
+        assert!(
+            read.is_ok(),
+            "keep-alive {round} not answered while the request was open: {answered:?}"
+        );
+    }
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    assert_eq!(
+        answered.matches(&format!("\"ID\":\"{id}\"")).count(),
+        2,
+        "{answered}"
+    );
+    conn.write_all(b"0\r\n\r\n").await.unwrap();
 }
