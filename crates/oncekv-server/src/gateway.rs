@@ -861,9 +861,8 @@ async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
 /// the stream with an error line.
 async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> Response {
     use tonic::codec::Codec as _;
-    let limit = g.core.config().max_request_bytes;
     // Fused: when the body held no object, the chain below polls it again after its end.
-    let mut requests = Box::pin(json_values(body, limit).fuse().map(|v| {
+    let mut requests = Box::pin(json_values(body, KEEP_ALIVE_OBJECT_MAX).fuse().map(|v| {
         v.and_then(object).and_then(|v| {
             Ok(pb::LeaseKeepAliveRequest {
                 id: int_of(&v, "ID")?,
@@ -901,6 +900,11 @@ async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Bo
     }
 }
 
+/// The longest keep-alive object accepted, in bytes (`{"ID": "..."}` takes about 40). The
+/// reader parses an unfinished object again from its start at every chunk, so the bound
+/// also bounds that work: a client trickling a huge object byte by byte is refused early.
+const KEEP_ALIVE_OBJECT_MAX: usize = 4096;
+
 /// A message framed as gRPC frames it on the wire (uncompressed, its length in four bytes
 /// big-endian): what the service's request stream decodes.
 fn grpc_frame(message: &impl prost::Message) -> Bytes {
@@ -913,9 +917,9 @@ fn grpc_frame(message: &impl prost::Message) -> Bytes {
 }
 
 /// The JSON values of a body, each as soon as its last byte has come (values may be
-/// separated by whitespace or nothing, as `serde_json`'s stream reader allows). An
-/// unfinished value longer than `limit` bytes, or one the body ends inside, is an error,
-/// after which the stream ends.
+/// separated by whitespace or nothing, as `serde_json`'s stream reader allows). A value
+/// longer than `limit` bytes (whitespace before it included; refused as soon as that much
+/// is unfinished), or one the body ends inside, is an error, after which the stream ends.
 fn json_values(body: Body, limit: usize) -> impl Stream<Item = Result<Value, Status>> + Send {
     let invalid =
         |e: &dyn std::fmt::Display| Status::invalid_argument(format!("invalid JSON body: {e}"));
@@ -927,6 +931,10 @@ fn json_values(body: Body, limit: usize) -> impl Stream<Item = Result<Value, Sta
                 values.next().map(|r| r.map(|v| (v, values.byte_offset())))
             };
             match parsed {
+                Some(Ok((_, used))) if used > limit => {
+                    let e = format!("an object longer than {limit} bytes");
+                    return Some((Err(invalid(&e)), (chunks, Vec::new(), true)));
+                }
                 Some(Ok((value, used))) => {
                     buf.drain(..used);
                     return Some((Ok(value), (chunks, buf, ended)));
@@ -1609,6 +1617,10 @@ mod tests {
             .collect()
             .await;
         assert!(long.len() == 1 && long[0].is_err(), "{long:?}");
+        let whole: Vec<_> = json_values(body(&[r#"{"ID": "123456789012"}"#]), 8)
+            .collect()
+            .await;
+        assert!(whole.len() == 1 && whole[0].is_err(), "{whole:?}");
         assert!(
             json_values(body(&[" \n "]), 8)
                 .collect::<Vec<_>>()

@@ -615,6 +615,10 @@ async fn cluster_maintenance_keepalive_and_v3beta_over_http_json() {
     assert_eq!((status, cut.len()), (200, 2), "{cut:?}");
     assert_eq!(cut[0]["result"]["ID"], lease_id, "{cut:?}");
     assert_eq!(cut[1]["error"]["grpc_code"], 3, "{cut:?}");
+    // An object far longer than a keep-alive needs is refused, not buffered on.
+    let padded = format!(r#"{{"ID": "{lease_id}", "pad": "{}"}}"#, "x".repeat(5000));
+    let (status, long) = post_lines(&at("/v3/lease/keepalive"), &padded);
+    assert_eq!((status, &long[0]["code"]), (400, &json!(3)), "{long:?}");
 
     // A snapshot: chunks that add up, the last with no bytes remaining.
     let (status, chunks) = post_lines(&at("/v3/maintenance/snapshot"), "{}");
