@@ -749,6 +749,10 @@ async fn early_campaign(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
         let metrics = core.metrics();
         let membership = metrics.membership_config.membership();
         let voters: Vec<NodeId> = membership.voter_ids().collect();
+        if voters.is_empty() {
+            // Raft has not published its state yet (a slow start): look again later.
+            continue;
+        }
         if voters.len() < 2 || !voters.contains(&core.id()) {
             return;
         }
@@ -757,10 +761,13 @@ async fn early_campaign(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
             .filter(|id| **id != core.id())
             .filter_map(|id| membership.get_node(id).map(|m| m.peer_url.clone()))
             .collect();
+        // Generous: a peer that answers late (a first connection on a loaded machine) only
+        // delays the campaign, while one that times out does not count at all.
+        let patience = (election / 4).max(heartbeat * 2);
         let answers = futures::future::join_all(
             peer_urls
                 .iter()
-                .map(|url| core.forwarder().known_leader_of(url, heartbeat * 2)),
+                .map(|url| core.forwarder().known_leader_of(url, patience)),
         )
         .await;
         if core.leader().is_some() {
