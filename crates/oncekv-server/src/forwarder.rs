@@ -67,11 +67,6 @@ pub(crate) enum Forwarded {
     HoldElections { ms: u64 },
     /// MoveLeader, to the transferee: campaign now.
     Campaign,
-    /// Served by any member: the leader it knows now, if any (a starting member asks
-    /// before it campaigns early; see `node::early_campaign`). Answered with
-    /// [`ForwardedReply::KnownLeader`]. Last, so that the variants before it keep their
-    /// numbers on the wire.
-    KnownLeader,
 }
 
 /// The leader's answer to a [`Forwarded`] request.
@@ -94,8 +89,6 @@ pub(crate) enum ForwardedReply {
     Health(String),
     /// Done, nothing to report.
     Done,
-    /// The leader the member knows now ([`Forwarded::KnownLeader`]), if any.
-    KnownLeader(Option<NodeId>),
 }
 
 /// What a member knows of the member with a peer URL, by its applied (so committed)
@@ -286,22 +279,6 @@ impl Forwarder {
         {
             ForwardedReply::Health(h) => Ok(h),
             other => Err(format!("unexpected reply: {other:?}")),
-        }
-    }
-
-    /// The leader the member at `url` knows now, if any; no answer within `timeout` is
-    /// an error.
-    pub(crate) async fn known_leader_of(
-        &self,
-        url: &str,
-        timeout: Duration,
-    ) -> Result<Option<NodeId>, String> {
-        let asked = ask(&self.route.peers, url, &Forwarded::KnownLeader, timeout);
-        match tokio::time::timeout(timeout, asked).await {
-            Ok(Ok(ForwardedReply::KnownLeader(leader))) => Ok(leader),
-            Ok(Ok(other)) => Err(format!("unexpected reply: {other:?}")),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(format!("no answer within {timeout:?}")),
         }
     }
 

@@ -325,7 +325,6 @@ impl Node {
             tokio::spawn(publish_client_url(core.clone(), stop_rx.clone())),
             tokio::spawn(crate::compactor::run(core.clone(), stop_rx.clone())),
             tokio::spawn(leadership_watch(core.clone(), stop_rx.clone())),
-            tokio::spawn(early_campaign(core.clone(), stop_rx.clone())),
         ];
         if core.config().initial_corrupt_check {
             tasks.push(tokio::spawn(initial_corrupt_check(
@@ -712,96 +711,6 @@ async fn initial_corrupt_check(core: Arc<NodeCore>, mut stop: watch::Receiver<bo
     tracing::info!(?outcome, "initial corruption check");
 }
 
-/// Campaigns soon after a start instead of after a whole election timeout, when no voter
-/// it can reach knows a leader: after a whole cluster went down at once (a power cut,
-/// `kill -9` of `oncekv dev`) no member has a leader to wait for, and raft's own timer
-/// would leave the cluster without one for 1-2 election timeouts. etcd shortens that
-/// first wait the same way (it advances its election ticks at boot).
-///
-/// A member that restarts alone must not campaign: its higher term would depose the
-/// leader the others follow (openraft 0.9 has no pre-vote). So it first asks the other
-/// voters which leader they know, and campaigns only if a majority of the voters (itself
-/// included) answered none and nobody named one. The wait before asking is random (2-4
-/// heartbeats) so that members started together rarely stand at once, and one that stood
-/// and won nothing stands again after another such wait.
-/// With `--leader-lease-reads` members refuse votes for a while after their start, so an
-/// early campaign could only raise the term: there raft's timer decides.
-async fn early_campaign(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    use rand::Rng;
-    let config = core.config();
-    if config.leader_lease_reads {
-        return;
-    }
-    let heartbeat = Duration::from_millis(config.heartbeat_ms.max(10));
-    let election = Duration::from_millis(config.election_timeout_ms);
-    let started = tokio::time::Instant::now();
-    loop {
-        // The runtime's generator: seeded in a simulation, so that a seed replays.
-        let wait = heartbeat.mul_f64(crate::runtime::RaftRng.gen_range(2.0..4.0));
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        // Past one election timeout raft's own timer campaigns.
-        if core.leader().is_some() || started.elapsed() + heartbeat >= election {
-            return;
-        }
-        let metrics = core.metrics();
-        let membership = metrics.membership_config.membership();
-        let voters: Vec<NodeId> = membership.voter_ids().collect();
-        if voters.is_empty() {
-            // Raft has not published its state yet (a slow start): look again later.
-            continue;
-        }
-        if voters.len() < 2 || !voters.contains(&core.id()) {
-            return;
-        }
-        let peer_urls: Vec<String> = voters
-            .iter()
-            .filter(|id| **id != core.id())
-            .filter_map(|id| membership.get_node(id).map(|m| m.peer_url.clone()))
-            .collect();
-        // Generous: a peer that answers late (a first connection on a loaded machine) only
-        // delays the campaign, while one that times out does not count at all.
-        let patience = (election / 4).max(heartbeat * 2);
-        let answers = futures::future::join_all(
-            peer_urls
-                .iter()
-                .map(|url| core.forwarder().known_leader_of(url, patience)),
-        )
-        .await;
-        if core.leader().is_some() {
-            return;
-        }
-        match campaign_now(voters.len(), &answers) {
-            // A leader is there; its heartbeats will reach this member.
-            None => return,
-            Some(true) => {
-                tracing::info!(
-                    voters = voters.len(),
-                    "no voter knows a leader: campaigning before the election timeout"
-                );
-                // Then round again: if two or three stood at once and split the vote,
-                // the next random wait makes one of them stand first.
-                let _ = core.raft().trigger().elect().await;
-            }
-            // Too few answers yet (members still starting): ask again after a wait.
-            Some(false) => {}
-        }
-    }
-}
-
-/// Whether a starting member should campaign now, given the other voters' answers (the
-/// leader each knows, or no answer): `None` if one named a leader (never campaign),
-/// otherwise whether a majority of the `voters` (this member included) knows none.
-fn campaign_now(voters: usize, answers: &[Result<Option<NodeId>, String>]) -> Option<bool> {
-    if answers.iter().any(|a| matches!(a, Ok(Some(_)))) {
-        return None;
-    }
-    let leaderless = 1 + answers.iter().filter(|a| matches!(a, Ok(None))).count();
-    Some(leaderless * 2 > voters)
-}
-
 /// When this node stops leading, everything waiting on it fails with `NotLeader` so that
 /// clients go to the new leader at once instead of waiting for a timeout.
 async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
@@ -911,31 +820,6 @@ pub(crate) fn log_dir(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn an_early_campaign_needs_a_leaderless_majority_and_no_named_leader() {
-        let none = || Ok(None);
-        let down = || Err("connection refused".to_string());
-        // Three voters: this member and one other that knows no leader are a majority.
-        assert_eq!(campaign_now(3, &[none(), down()]), Some(true));
-        assert_eq!(campaign_now(3, &[none(), none()]), Some(true));
-        // Alone it is no majority: wait for the others to come up.
-        assert_eq!(campaign_now(3, &[down(), down()]), Some(false));
-        assert_eq!(
-            campaign_now(5, &[none(), down(), down(), down()]),
-            Some(false)
-        );
-        assert_eq!(
-            campaign_now(5, &[none(), none(), down(), down()]),
-            Some(true)
-        );
-        // Anyone naming a leader stops it, whatever the others say.
-        assert_eq!(campaign_now(3, &[Ok(Some(7)), none()]), None);
-        assert_eq!(
-            campaign_now(5, &[none(), none(), none(), Ok(Some(7))]),
-            None
-        );
-    }
 
     #[test]
     fn a_member_keeps_the_wal_dir_it_was_created_with() -> Result<(), Box<dyn std::error::Error>> {

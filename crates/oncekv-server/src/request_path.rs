@@ -846,7 +846,6 @@ impl NodeCore {
                     Err(reason) => reason,
                 })
             }
-            Forwarded::KnownLeader => ForwardedReply::KnownLeader(self.leader()),
         }
     }
 
