@@ -862,8 +862,8 @@ async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
 async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> Response {
     use tonic::codec::Codec as _;
     // Fused: when the body held no object, the chain below polls it again after its end.
-    let mut requests = Box::pin(json_values(body, KEEP_ALIVE_OBJECT_MAX).fuse().map(|v| {
-        v.and_then(object).and_then(|v| {
+    let mut requests = Box::pin(json_objects(body, KEEP_ALIVE_OBJECT_MAX).fuse().map(|v| {
+        v.and_then(|v| {
             Ok(pb::LeaseKeepAliveRequest {
                 id: int_of(&v, "ID")?,
             })
@@ -900,9 +900,8 @@ async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Bo
     }
 }
 
-/// The longest keep-alive object accepted, in bytes (`{"ID": "..."}` takes about 40). The
-/// reader parses an unfinished object again from its start at every chunk, so the bound
-/// also bounds that work: a client trickling a huge object byte by byte is refused early.
+/// The longest keep-alive object accepted, in bytes: `{"ID": "..."}` takes about 40, so
+/// anything near this long is not a keep-alive, and the request holds no more memory.
 const KEEP_ALIVE_OBJECT_MAX: usize = 4096;
 
 /// A message framed as gRPC frames it on the wire (uncompressed, its length in four bytes
@@ -916,62 +915,182 @@ fn grpc_frame(message: &impl prost::Message) -> Bytes {
     framed.into()
 }
 
-/// The JSON values of a body, each as soon as its last byte has come (values may be
-/// separated by whitespace or nothing, as `serde_json`'s stream reader allows). A value
-/// longer than `limit` bytes (whitespace before it included; refused as soon as that much
-/// is unfinished), or one the body ends inside, is an error, after which the stream ends.
-fn json_values(body: Body, limit: usize) -> impl Stream<Item = Result<Value, Status>> + Send {
+/// The JSON objects of a body, each as soon as its last byte has come (objects may be
+/// separated by whitespace or nothing, as grpc-gateway's decoder allows). Something other
+/// than an object, an object longer than `limit` bytes (whitespace before it included;
+/// refused as soon as that much is unfinished), a malformed one, or one the body ends
+/// inside is an error, after which the stream ends. Each byte is scanned once however the
+/// body is cut into chunks, so a client trickling a large object costs linear work.
+fn json_objects(body: Body, limit: usize) -> impl Stream<Item = Result<Value, Status>> + Send {
     let invalid =
         |e: &dyn std::fmt::Display| Status::invalid_argument(format!("invalid JSON body: {e}"));
-    let state = (body.into_data_stream(), Vec::<u8>::new(), false);
-    futures::stream::unfold(state, move |(mut chunks, mut buf, mut ended)| async move {
-        loop {
-            let parsed = {
-                let mut values = serde_json::Deserializer::from_slice(&buf).into_iter::<Value>();
-                values.next().map(|r| r.map(|v| (v, values.byte_offset())))
+    let state = (
+        body.into_data_stream(),
+        Vec::<u8>::new(),
+        ObjectEnd::default(),
+        false,
+    );
+    futures::stream::unfold(
+        state,
+        move |(mut chunks, mut buf, mut scan, mut ended)| async move {
+            // After an error the stream ends: nothing is left to read or to report.
+            let fail = |e: Status, chunks| {
+                Some((Err(e), (chunks, Vec::new(), ObjectEnd::default(), true)))
             };
-            match parsed {
-                Some(Ok((_, used))) if used > limit => {
-                    let e = format!("an object longer than {limit} bytes");
-                    return Some((Err(invalid(&e)), (chunks, Vec::new(), true)));
+            loop {
+                match scan.find(&buf) {
+                    Err(e) => return fail(invalid(&e), chunks),
+                    Ok(Some(end)) if end > limit => {
+                        return fail(
+                            invalid(&format!("an object longer than {limit} bytes")),
+                            chunks,
+                        );
+                    }
+                    Ok(Some(end)) => {
+                        let parsed = serde_json::from_slice::<Value>(&buf[..end]);
+                        buf.drain(..end);
+                        return match parsed {
+                            Ok(v) => Some((Ok(v), (chunks, buf, scan, ended))),
+                            Err(e) => fail(invalid(&e), chunks),
+                        };
+                    }
+                    Ok(None) if buf.len() > limit => {
+                        return fail(
+                            invalid(&format!("an object longer than {limit} bytes")),
+                            chunks,
+                        );
+                    }
+                    Ok(None) if ended => {
+                        return if scan.inside() {
+                            fail(invalid(&"the body ends inside an object"), chunks)
+                        } else {
+                            None
+                        };
+                    }
+                    Ok(None) => {}
                 }
-                Some(Ok((value, used))) => {
-                    buf.drain(..used);
-                    return Some((Ok(value), (chunks, buf, ended)));
+                match chunks.next().await {
+                    Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+                    Some(Err(e)) => {
+                        return fail(
+                            Status::invalid_argument(format!("reading the body: {e}")),
+                            chunks,
+                        );
+                    }
+                    None => ended = true,
                 }
-                // Unfinished: read on (below), unless the body has ended.
-                Some(Err(e)) if e.is_eof() && !ended => {}
-                Some(Err(e)) => return Some((Err(invalid(&e)), (chunks, Vec::new(), true))),
-                None if ended => return None,
-                // Only whitespace so far.
-                None => {}
             }
-            if buf.len() > limit {
-                let e = format!("an object longer than {limit} bytes");
-                return Some((Err(invalid(&e)), (chunks, Vec::new(), true)));
-            }
-            match chunks.next().await {
-                Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
-                Some(Err(e)) => {
-                    let e = Status::invalid_argument(format!("reading the body: {e}"));
-                    return Some((Err(e), (chunks, Vec::new(), true)));
-                }
-                None => ended = true,
-            }
-        }
-    })
+        },
+    )
 }
 
-/// `POST /v3/watch` with `{"create_request": {...}}`: the watch's responses as a stream
-/// of `{"result": ...}` lines, until the client goes away.
-async fn watch(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
-    let create = match parse(&body).and_then(|v| {
-        let c = v.get("create_request").cloned().unwrap_or(Value::Null);
-        if c.is_null() {
-            return Err(Status::invalid_argument(
-                "expected {\"create_request\": {...}}",
+/// Where the JSON object at the start of a buffer ends, found by counting brackets outside
+/// strings. It remembers how far it has looked, so bytes appended later are the only ones
+/// looked at; `serde_json` then checks the object it delimits. Invariant: `scanned` bytes of
+/// the buffer have been looked at, and `depth`, `in_string` and `escaped` describe the
+/// position after them.
+#[derive(Clone, Copy, Default)]
+struct ObjectEnd {
+    scanned: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl ObjectEnd {
+    /// `Some(end)` once `buf[..end]` holds the whole first object (and the scan starts
+    /// afresh for the next one, which begins at `end`); `None` while it is unfinished.
+    fn find(&mut self, buf: &[u8]) -> Result<Option<usize>, String> {
+        for (i, &b) in buf.iter().enumerate().skip(self.scanned) {
+            if self.depth == 0 {
+                match b {
+                    b' ' | b'\t' | b'\n' | b'\r' => {}
+                    b'{' => self.depth = 1,
+                    _ => {
+                        let found = String::from_utf8_lossy(&buf[i..(i + 16).min(buf.len())]);
+                        return Err(format!("expected an object, found `{found}`"));
+                    }
+                }
+            } else if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+            } else {
+                match b {
+                    b'"' => self.in_string = true,
+                    b'{' | b'[' => self.depth += 1,
+                    b'}' | b']' => {
+                        self.depth -= 1;
+                        if self.depth == 0 {
+                            *self = Self::default();
+                            return Ok(Some(i + 1));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.scanned = buf.len();
+        Ok(None)
+    }
+
+    /// Whether the scan stopped inside an object (not in whitespace between objects).
+    fn inside(&self) -> bool {
+        self.depth > 0
+    }
+}
+
+/// `POST /v3/watch` with one or more `{"create_request": ...}`, `{"cancel_request": ...}`
+/// or `{"progress_request": {}}` objects in the body: the watch stream's responses as
+/// `{"result": ...}` lines, until the client goes away. As with etcd's gateway the body
+/// is read as it comes, so a client may hold it open and create or cancel watches later,
+/// and the watches go on after it ends. A malformed first object is a 400; a later one
+/// ends the stream with an error line.
+async fn watch(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> Response {
+    // A create request carries its key and range end in base64: up to 4/3 of the largest
+    // request, and the field names.
+    let limit = g.core.config().max_request_bytes / 3 * 4 + KEEP_ALIVE_OBJECT_MAX;
+    let mut requests = Box::pin(
+        json_objects(body, limit)
+            .fuse()
+            .map(|v| v.and_then(|v| watch_req(&v))),
+    );
+    let first = match requests.next().await {
+        Some(Ok(first)) => first,
+        Some(Err(s)) => return error(&s),
+        None => {
+            return error(&Status::invalid_argument(
+                "expected {\"create_request\": {...}} in the body",
             ));
         }
+    };
+    // The watch task ends quietly at an error of its request stream (a gRPC client sees
+    // its call fail); here the error is kept and written as the stream's last line.
+    let failed = Arc::new(std::sync::Mutex::new(None::<Status>));
+    let keep = failed.clone();
+    let requests = futures::stream::iter([Ok(first)]).chain(requests.inspect(move |r| {
+        if let (Err(s), Ok(mut slot)) = (r, keep.lock()) {
+            *slot = Some(s.clone());
+        }
+    }));
+    let caller = crate::auth::Caller::of_http(&headers);
+    let responses = crate::etcd::watch_stream(g.core, g.stop, Box::pin(requests), false, caller);
+    let last = futures::stream::once(async move {
+        failed.lock().ok().and_then(|mut slot| slot.take()).map(Err)
+    })
+    .filter_map(futures::future::ready);
+    lines(responses.chain(last), watch_resp)
+}
+
+/// One request of a watch stream, as grpc-gateway reads `WatchRequest` from JSON.
+fn watch_req(v: &Value) -> Result<pb::WatchRequest, Status> {
+    use pb::watch_request::RequestUnion;
+    let field = |name: &str| v.get(name).filter(|f| !f.is_null());
+    let union = if let Some(c) = field("create_request") {
         let filters = c
             .get("filters")
             .and_then(Value::as_array)
@@ -985,29 +1104,30 @@ async fn watch(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Res
                     .collect()
             })
             .unwrap_or_default();
-        Ok(pb::WatchCreateRequest {
-            key: bytes_of(&c, "key")?,
-            range_end: bytes_of(&c, "range_end")?,
-            start_revision: int_of(&c, "start_revision")?,
-            progress_notify: bool_of(&c, "progress_notify"),
+        RequestUnion::CreateRequest(pb::WatchCreateRequest {
+            key: bytes_of(c, "key")?,
+            range_end: bytes_of(c, "range_end")?,
+            start_revision: int_of(c, "start_revision")?,
+            progress_notify: bool_of(c, "progress_notify"),
             filters,
-            prev_kv: bool_of(&c, "prev_kv"),
-            watch_id: int_of(&c, "watch_id")?,
-            fragment: bool_of(&c, "fragment"),
+            prev_kv: bool_of(c, "prev_kv"),
+            watch_id: int_of(c, "watch_id")?,
+            fragment: bool_of(c, "fragment"),
         })
-    }) {
-        Ok(c) => c,
-        Err(s) => return error(&s),
+    } else if let Some(c) = field("cancel_request") {
+        RequestUnion::CancelRequest(pb::WatchCancelRequest {
+            watch_id: int_of(c, "watch_id")?,
+        })
+    } else if field("progress_request").is_some() {
+        RequestUnion::ProgressRequest(pb::WatchProgressRequest {})
+    } else {
+        return Err(Status::invalid_argument(
+            "expected {\"create_request\": {...}}, {\"cancel_request\": {...}} or {\"progress_request\": {}}",
+        ));
     };
-    let req = pb::WatchRequest {
-        request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)),
-    };
-    // One create request, then the request side stays open: the watch runs until the
-    // client disconnects (which drops the response stream).
-    let requests = futures::stream::iter([Ok(req)]).chain(futures::stream::pending());
-    let caller = crate::auth::Caller::of_http(&headers);
-    let responses = crate::etcd::watch_stream(g.core, g.stop, Box::pin(requests), false, caller);
-    lines(responses, watch_resp)
+    Ok(pb::WatchRequest {
+        request_union: Some(union),
+    })
 }
 
 async fn member_add(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
@@ -1589,44 +1709,128 @@ mod tests {
         assert_eq!(v, json!({"named": "READWRITE", "unnamed": 7}));
     }
 
-    // Values split across chunks come out whole, each as soon as it is complete; a
-    // value the body ends inside is an error.
+    fn chunked(chunks: &[&'static str]) -> Body {
+        let chunks: Vec<Result<Bytes, std::convert::Infallible>> = chunks
+            .iter()
+            .map(|c| Ok(Bytes::from_static(c.as_bytes())))
+            .collect();
+        Body::from_stream(futures::stream::iter(chunks))
+    }
+
+    // Objects split across chunks come out whole, each as soon as it is complete; an
+    // object the body ends inside, or something else than an object, is an error.
     #[tokio::test]
-    async fn json_values_are_read_across_chunks_as_they_come() {
-        let body = |chunks: &[&'static str]| {
-            let chunks: Vec<Result<Bytes, std::convert::Infallible>> = chunks
-                .iter()
-                .map(|c| Ok(Bytes::from_static(c.as_bytes())))
-                .collect();
-            Body::from_stream(futures::stream::iter(chunks))
-        };
+    async fn json_objects_are_read_across_chunks_as_they_come() {
         let values: Vec<Value> =
-            json_values(body(&[r#"{"ID": "#, r#""7"} {"I"#, r#"D": 8}{}"#]), 1024)
+            json_objects(chunked(&[r#"{"ID": "#, r#""7"} {"I"#, r#"D": 8}{}"#]), 1024)
                 .map(Result::unwrap)
                 .collect()
                 .await;
         assert_eq!(values, [json!({"ID": "7"}), json!({"ID": 8}), json!({})]);
-        let cut: Vec<_> = json_values(body(&[r#"{"ID": 7} {"ID""#]), 1024)
+        let cut: Vec<_> = json_objects(chunked(&[r#"{"ID": 7} {"ID""#]), 1024)
             .collect()
             .await;
         assert!(
             cut[0].is_ok() && cut[1].is_err() && cut.len() == 2,
             "{cut:?}"
         );
-        let long: Vec<_> = json_values(body(&[r#"{"ID": "#, "123456789012"]), 8)
+        let long: Vec<_> = json_objects(chunked(&[r#"{"ID": "#, "123456789012"]), 8)
             .collect()
             .await;
         assert!(long.len() == 1 && long[0].is_err(), "{long:?}");
-        let whole: Vec<_> = json_values(body(&[r#"{"ID": "123456789012"}"#]), 8)
+        let whole: Vec<_> = json_objects(chunked(&[r#"{"ID": "123456789012"}"#]), 8)
             .collect()
             .await;
         assert!(whole.len() == 1 && whole[0].is_err(), "{whole:?}");
         assert!(
-            json_values(body(&[" \n "]), 8)
+            json_objects(chunked(&[" \n "]), 8)
                 .collect::<Vec<_>>()
                 .await
                 .is_empty()
         );
+        for not_object in ["5", "[{}]", r#"{} "x""#, "{}}"] {
+            let got: Vec<_> = json_objects(chunked(&[not_object]), 64).collect().await;
+            let last = got.last().and_then(|r| r.as_ref().err());
+            assert!(
+                last.is_some_and(|s| s.message().contains("expected an object")),
+                "{not_object}: {got:?}"
+            );
+        }
+        // Brackets balanced but the object malformed: serde_json has the last word.
+        let bad: Vec<_> = json_objects(chunked(&[r#"{"a" 1}"#]), 64).collect().await;
+        assert!(bad.len() == 1 && bad[0].is_err(), "{bad:?}");
+    }
+
+    // Brackets and quotes inside strings do not end an object, wherever the chunks cut.
+    #[test]
+    fn an_object_ends_at_its_own_closing_bracket() {
+        let body = br#" {"k": "}{\"]", "n": [{"x": "\\"}]} {"#;
+        let whole = body.len() - 2;
+        assert_eq!(&body[whole..], b" {");
+        for cut in 0..=body.len() {
+            let mut scan = ObjectEnd::default();
+            let first = scan.find(&body[..cut]);
+            let found = match first {
+                Ok(Some(at)) => at,
+                Ok(None) => scan.find(body).unwrap().unwrap(),
+                Err(e) => panic!("cut at {cut}: {e}"),
+            };
+            assert_eq!(found, whole, "cut at {cut}");
+        }
+        let parsed: Value = serde_json::from_slice(&body[..whole]).unwrap();
+        assert_eq!(parsed, json!({"k": "}{\"]", "n": [{"x": "\\"}]}));
+    }
+
+    // A large object sent a byte at a time is scanned once, not again at every byte:
+    // the scanner's position only moves forward.
+    #[test]
+    fn an_object_trickled_a_byte_at_a_time_is_scanned_once() {
+        let object = format!(r#"{{"key": "{}"}}"#, "a".repeat(100_000));
+        let mut scan = ObjectEnd::default();
+        let mut looked = 0;
+        for n in 1..=object.len() {
+            let before = scan.scanned;
+            let found = scan.find(&object.as_bytes()[..n]).unwrap();
+            looked += n - before;
+            if found.is_some() {
+                assert_eq!(n, object.len());
+            }
+        }
+        assert_eq!(looked, object.len());
+    }
+
+    // A watch body's requests: create, cancel and progress, as grpc-gateway reads them.
+    #[test]
+    fn watch_requests_are_read_as_the_gateway_reads_them() {
+        use pb::watch_request::RequestUnion;
+        let create = watch_req(&json!({"create_request": {
+            "key": "YQ==", "range_end": "Yg==", "start_revision": "3",
+            "filters": ["NODELETE"], "prev_kv": true, "watch_id": 9}}))
+        .unwrap();
+        match create.request_union {
+            Some(RequestUnion::CreateRequest(c)) => {
+                assert_eq!((&c.key[..], &c.range_end[..]), (&b"a"[..], &b"b"[..]));
+                assert_eq!((c.start_revision, c.watch_id), (3, 9));
+                assert_eq!(c.filters, [1]);
+                assert!(c.prev_kv && !c.progress_notify);
+            }
+            other => panic!("{other:?}"),
+        }
+        let cancel = watch_req(&json!({"cancel_request": {"watch_id": "9"}})).unwrap();
+        assert!(matches!(
+            cancel.request_union,
+            Some(RequestUnion::CancelRequest(pb::WatchCancelRequest {
+                watch_id: 9
+            }))
+        ));
+        let progress = watch_req(&json!({"progress_request": {}})).unwrap();
+        assert!(matches!(
+            progress.request_union,
+            Some(RequestUnion::ProgressRequest(_))
+        ));
+        assert!(watch_req(&json!({})).is_err());
+        assert!(watch_req(&json!({"create_request": null})).is_err());
+        assert!(watch_req(&json!({"create_request": {"key": "%%"}})).is_err());
     }
 
     // A keep-alive request framed as gRPC frames it decodes back in the service's stream.
