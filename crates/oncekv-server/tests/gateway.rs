@@ -890,19 +890,24 @@ async fn a_watch_request_held_open_takes_creates_and_cancels_as_they_come() {
 
     let mut held = HeldOpen::post(&base, "/v3/watch").await;
     let create = |key: &str, id: u32| {
-        format!(r#"{{"create_request": {{"key": "{}", "watch_id": {id}}}}}"#, b64(key))
+        format!(
+            r#"{{"create_request": {{"key": "{}", "watch_id": {id}}}}}"#,
+            b64(key)
+        )
     };
     held.send(&create("first", 5)).await;
     held.read_until("\"created\":true", 1).await;
     put("first").await;
-    held.read_until(&format!("\"key\":\"{}\"", b64("first")), 1).await;
+    held.read_until(&format!("\"key\":\"{}\"", b64("first")), 1)
+        .await;
 
     held.send(&create("second", 6)).await;
     held.read_until("\"created\":true", 2).await;
     held.send(r#"{"cancel_request": {"watch_id": "5"}}"#).await;
     held.read_until("\"canceled\":true", 1).await;
     put("second").await;
-    held.read_until(&format!("\"key\":\"{}\"", b64("second")), 1).await;
+    held.read_until(&format!("\"key\":\"{}\"", b64("second")), 1)
+        .await;
 
     held.send(r#"{"delete_request": {}}"#).await;
     held.read_until("\"error\"", 1).await;
