@@ -188,8 +188,8 @@ pub struct EtcdOnly {
     /// often; a value is accepted with a warning.
     #[arg(long, value_parser = crate::cli::parse_duration)]
     pub grpc_keepalive_min_time: Option<Duration>,
-    /// etcd lets a fresh member start its first election early. openraft's first
-    /// election waits one randomized election timeout either way; either value holds.
+    /// etcd lets a fresh member start its first election early. oncekv's first election
+    /// comes after half to one election timeout either way; either value holds.
     #[arg(long, num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub initial_election_tick_advance: Option<bool>,
@@ -582,6 +582,9 @@ fn port_tls(
     }
 }
 
+/// The longest `--election-timeout` accepted, as in etcd.
+const MAX_ELECTION_MS: u64 = 50_000;
+
 /// Settings shared by `serve` and `dev`.
 #[derive(Debug, Args, Clone)]
 pub struct Tuning {
@@ -593,7 +596,9 @@ pub struct Tuning {
     /// Raft heartbeat interval, in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub heartbeat_interval: u64,
-    /// Raft election timeout, in milliseconds.
+    /// Raft election timeout, in milliseconds: at least 5 heartbeat intervals, at most
+    /// 50000. A follower that stops hearing from its leader stands for election after 1.5
+    /// to 2 of these (etcd: 1 to 2); a member that knows no leader, after 0.5 to 1.
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
     /// "basic" or "extensive": extensive adds grpc_server_handling_seconds, a histogram of
@@ -697,6 +702,23 @@ pub struct Tuning {
 
 impl Tuning {
     pub fn apply(&self, config: &mut NodeConfig) -> Result<(), String> {
+        // etcd's checks, in its words: raft needs heartbeats well inside an election
+        // timeout (openraft's shortest timeout is half of it, see
+        // `NodeConfig::raft_election_timeouts`).
+        let (heartbeat, election) = (self.heartbeat_interval, self.election_timeout);
+        if heartbeat == 0 {
+            return Err("--heartbeat-interval must be >0 (set to 0ms)".into());
+        }
+        if election < heartbeat.saturating_mul(5) {
+            return Err(format!(
+                "--election-timeout[{election}ms] should be at least as 5 times as --heartbeat-interval[{heartbeat}ms]"
+            ));
+        }
+        if election > MAX_ELECTION_MS {
+            return Err(format!(
+                "--election-timeout[{election}ms] is too long, and should be set less than {MAX_ELECTION_MS}ms"
+            ));
+        }
         if self.experimental_watch_progress_notify_interval.is_zero() {
             return Err("--experimental-watch-progress-notify-interval must be above 0".into());
         }
