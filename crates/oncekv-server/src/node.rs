@@ -265,6 +265,7 @@ impl Node {
         let network = Network {
             peers: peers.clone(),
             durability: gated.then(|| log.durability()),
+            retry_after: Duration::from_millis(config.heartbeat_ms),
         };
         let raft = Raft::new(id, Arc::new(raft_config), network, log, sm)
             .await

@@ -51,8 +51,8 @@ struct Held {
 }
 
 impl ReadLease {
-    /// A lease for a member that started now, with this election timeout (openraft's
-    /// `election_timeout_max`, the span a voter refuses votes after hearing its leader).
+    /// A lease for a member that started now, given how long a voter refuses votes after
+    /// hearing its leader (`NodeConfig::vote_lease`, openraft's `election_timeout_max`).
     pub(crate) fn new(election_timeout: Duration) -> ReadLease {
         ReadLease {
             duration: election_timeout.mul_f64(LEASE_FRACTION),

@@ -326,11 +326,9 @@ impl NodeCore {
             config.batch,
             config.request_timeout,
         );
-        let lease = config.leader_lease_reads.then(|| {
-            Arc::new(ReadLease::new(Duration::from_millis(
-                config.election_timeout_ms,
-            )))
-        });
+        let lease = config
+            .leader_lease_reads
+            .then(|| Arc::new(ReadLease::new(config.vote_lease())));
         let (reads, leader_reads) = read_batchers(
             &raft,
             &forwarder,

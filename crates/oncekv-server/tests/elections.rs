@@ -118,3 +118,38 @@ async fn a_cluster_stopped_cleanly_restarts_under_its_leader_without_an_election
         "the value put before the restart is gone"
     );
 }
+
+// Followers that crashed and restart know no leader and stand for election after half to
+// one election timeout; two of them are a majority without the leader. The leader, which
+// kept trying them while they were down, must reach them first: their restart must not
+// depose a healthy leader (a new term, an election's pause, requests in flight failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_followers_that_restart_follow_the_leader_they_find() {
+    let mut cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    let mut kv = KvClient::connect(cluster.endpoint(leader)).await.unwrap();
+    put(&mut kv, "before", "v").await.unwrap();
+    let term = cluster.node(leader).core.metrics().current_term;
+    let election = Duration::from_millis(cluster.node(leader).core.config().election_timeout_ms);
+    let followers = [(leader + 1) % 3, (leader + 2) % 3];
+    for round in 0..5 {
+        for f in followers {
+            cluster.stop(f).await;
+        }
+        // Long enough for the leader's tries to fail and it to back off.
+        tokio::time::sleep(election / 2).await;
+        for f in followers {
+            cluster.restart(f).await;
+        }
+        // Past the restarted members' longest timeout, with room to spare.
+        tokio::time::sleep(election * 2).await;
+        for i in 0..3 {
+            assert_eq!(
+                cluster.node(i).core.metrics().current_term,
+                term,
+                "round {round}: member {i} is in another term: the restarted followers held an election"
+            );
+        }
+    }
+    put(&mut kv, "after", "v").await.unwrap();
+}
