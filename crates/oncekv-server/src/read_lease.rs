@@ -7,14 +7,14 @@
 //! Why that is safe, and what it assumes:
 //! - A round that started at `t0` and was answered by a quorum means each member of that
 //!   quorum heard from this leader after `t0`. openraft makes a voter that heard from its
-//!   leader refuse every vote for `election_timeout_max` afterwards, which is
-//!   `--election-timeout` (see `NodeConfig::vote_lease`). A new leader needs a vote from
-//!   one member of that quorum, so none can exist before `t0 + --election-timeout`; the
-//!   lease ends earlier, at `t0 + LEASE_FRACTION x --election-timeout`.
+//!   leader refuse every vote for `election_timeout_max` (twice `--election-timeout`)
+//!   afterwards, and a member whose timer runs out waits at least `--election-timeout`
+//!   before it stands itself. So no other leader can exist before `t0 +
+//!   --election-timeout`; the lease ends earlier, at `t0 + LEASE_FRACTION x
+//!   --election-timeout`.
 //! - A voter forgets when it last heard from the leader if it restarts. So with lease
 //!   reads on, a member refuses to vote for anyone during its first `2 x
-//!   --election-timeout`, twice the span it may have owed a leader before it stopped
-//!   (see [`ReadLease::voting_allowed`]). Every member must run with
+//!   --election-timeout` (see [`ReadLease::voting_allowed`]). Every member must run with
 //!   the flag: the guard is on the voters, the lease on the leader.
 //! - Clocks: each member measures these spans on its own monotonic clock. The lease is
 //!   right while no clock runs more than 20 % faster or slower than another over an
@@ -38,7 +38,7 @@ const LEASE_FRACTION: f64 = 0.8;
 #[derive(Debug)]
 pub(crate) struct ReadLease {
     duration: Duration,
-    /// No votes before this (the member's start plus twice `election_timeout_max`).
+    /// No votes before this (the member's start plus `election_timeout_max`).
     votes_from: Instant,
     held: Mutex<Option<Held>>,
     renewing: AtomicBool,
@@ -51,8 +51,8 @@ struct Held {
 }
 
 impl ReadLease {
-    /// A lease for a member that started now, given how long a voter refuses votes after
-    /// hearing its leader (`NodeConfig::vote_lease`, openraft's `election_timeout_max`).
+    /// A lease for a member that started now, with this election timeout (openraft's
+    /// `election_timeout_min`; `election_timeout_max` is twice it).
     pub(crate) fn new(election_timeout: Duration) -> ReadLease {
         ReadLease {
             duration: election_timeout.mul_f64(LEASE_FRACTION),

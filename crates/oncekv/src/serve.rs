@@ -188,8 +188,8 @@ pub struct EtcdOnly {
     /// often; a value is accepted with a warning.
     #[arg(long, value_parser = crate::cli::parse_duration)]
     pub grpc_keepalive_min_time: Option<Duration>,
-    /// etcd lets a fresh member start its first election early. oncekv's first election
-    /// comes after half to one election timeout either way; either value holds.
+    /// etcd lets a fresh member start its first election early. openraft's first
+    /// election waits one randomized election timeout either way; either value holds.
     #[arg(long, num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub initial_election_tick_advance: Option<bool>,
@@ -597,8 +597,9 @@ pub struct Tuning {
     #[arg(long, default_value_t = 100)]
     pub heartbeat_interval: u64,
     /// Raft election timeout, in milliseconds: at least 5 heartbeat intervals, at most
-    /// 50000. A follower that stops hearing from its leader stands for election after 1.5
-    /// to 2 of these (etcd: 1 to 2); a member that knows no leader, after 0.5 to 1.
+    /// 50000. A member that knows no leader stands for election after 1 to 2 of these; a
+    /// follower that stops hearing from its leader, after 3 to 4 (openraft waits out its
+    /// lease on the leader first; etcd: 1 to 2).
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
     /// "basic" or "extensive": extensive adds grpc_server_handling_seconds, a histogram of
@@ -703,8 +704,7 @@ pub struct Tuning {
 impl Tuning {
     pub fn apply(&self, config: &mut NodeConfig) -> Result<(), String> {
         // etcd's checks, in its words: raft needs heartbeats well inside an election
-        // timeout (openraft's shortest timeout is half of it, see
-        // `NodeConfig::raft_election_timeouts`).
+        // timeout (openraft refuses a shortest timeout not above the heartbeat).
         let (heartbeat, election) = (self.heartbeat_interval, self.election_timeout);
         if heartbeat == 0 {
             return Err("--heartbeat-interval must be >0 (set to 0ms)".into());
