@@ -93,7 +93,7 @@ pub struct NodeConfig {
     /// Leader-lease reads (off by default; see `read_lease` for the clock assumption):
     /// a leader whose leadership a quorum confirmed within the last 0.8 election
     /// timeouts serves linearizable reads without another round. Every member must have
-    /// it: it also stops a member voting during its first two election timeouts.
+    /// it: it also stops a member voting during its first election timeout.
     pub leader_lease_reads: bool,
     /// How long a write may wait for its entry to be applied.
     pub request_timeout: Duration,
@@ -121,6 +121,27 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// openraft's `election_timeout_min` and `election_timeout_max` for this member's
+    /// `--election-timeout` T: T/2 and T.
+    ///
+    /// Why not T and 2T: in openraft 0.9 a follower that knows a leader refuses votes
+    /// for `election_timeout_max` after it last heard from it (its leader lease), and
+    /// stands for election only after that lease *plus* its own randomized timeout. With
+    /// T and 2T a crashed leader was replaced after 3T to 4T; etcd, whose followers time
+    /// out after a randomized T to 2T, takes 1T to 2T. With T/2 and T the lease is T and
+    /// the replacement comes after 1.5T to 2T. A member that knows no leader (a fresh or
+    /// restarted cluster) stands after T/2 to T, as etcd's first election comes early.
+    pub fn raft_election_timeouts(&self) -> (u64, u64) {
+        let max = self.election_timeout_ms;
+        (max / 2, max)
+    }
+
+    /// How long a voter refuses votes after it last heard from its leader: openraft's
+    /// leader lease, its `election_timeout_max` (see [`Self::raft_election_timeouts`]).
+    pub fn vote_lease(&self) -> Duration {
+        Duration::from_millis(self.raft_election_timeouts().1)
+    }
+
     /// A config with etcd-like defaults for everything but names and addresses.
     pub fn new(
         name: impl Into<String>,
@@ -225,6 +246,30 @@ impl Default for BatchLimits {
             // by about a tenth (benches/README.md, "Gathering a batch"). More yields did
             // not gather more.
             gather_yields: 8,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A follower of a crashed leader stands after the vote lease plus its own timeout:
+    // within etcd's one to two election timeouts, never sooner than one. And every
+    // heartbeat interval that etcd's flag check lets through (at most a fifth of the
+    // election timeout) is shorter than the shortest timeout, as openraft requires.
+    #[test]
+    fn a_crashed_leader_is_replaced_within_two_election_timeouts() {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut config = NodeConfig::new("n", "/nonexistent", addr, addr, Vec::new());
+        for election in [5, 300, 1_000, 15_000, 50_000] {
+            config.election_timeout_ms = election;
+            let (min, max) = config.raft_election_timeouts();
+            let lease = config.vote_lease().as_millis() as u64;
+            assert!(min < max, "{election}: openraft needs min < max");
+            assert!(lease + min >= election, "{election}: sooner than etcd");
+            assert!(lease + max <= 2 * election, "{election}: later than etcd");
+            assert!(min > election / 5, "{election}: a heartbeat would not fit");
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
@@ -203,6 +203,9 @@ pub struct Network {
     /// appends then carry the commit index only as far as it is durable (see
     /// [`PeerClient`]'s `append_entries`).
     pub durability: Option<Durability<NodeId>>,
+    /// How long openraft waits before it tries an unreachable peer again: a heartbeat
+    /// interval (see [`PeerClient`]'s `backoff`).
+    pub retry_after: Duration,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -214,6 +217,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             url: node.peer_url.clone(),
             peers: self.peers.clone(),
             durability: self.durability.clone(),
+            retry_after: self.retry_after,
         }
     }
 }
@@ -225,6 +229,7 @@ pub struct PeerClient {
     url: String,
     peers: PeerChannels,
     durability: Option<Durability<NodeId>>,
+    retry_after: Duration,
 }
 
 impl PeerClient {
@@ -332,6 +337,16 @@ impl PeerClient {
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
+    /// openraft waits 500 ms by default before it tries an unreachable peer again. A
+    /// member that restarts after a crash knows no leader and stands for election after
+    /// half to one election timeout (`NodeConfig::raft_election_timeouts`); the leader's
+    /// first heartbeat must reach it before that, or it deposes a healthy leader. Trying
+    /// again every heartbeat interval costs a refused connection per interval while a
+    /// peer is down.
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(self.retry_after))
+    }
+
     /// With this member's own appends acknowledged before they are durable, raft's commit
     /// index may run ahead of this log's fdatasync; an append tells the follower only as
     /// much of it as is durable here (the argument is on [`Durability`]). A follower never

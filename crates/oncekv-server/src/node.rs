@@ -245,11 +245,12 @@ impl Node {
             });
         }
 
+        let (election_timeout_min, election_timeout_max) = config.raft_election_timeouts();
         let raft_config = openraft::Config {
             cluster_name: "oncekv".into(),
             heartbeat_interval: config.heartbeat_ms,
-            election_timeout_min: config.election_timeout_ms,
-            election_timeout_max: config.election_timeout_ms * 2,
+            election_timeout_min,
+            election_timeout_max,
             // The ticker asks for snapshots (`NodeCore::snapshot_if_due`): raft's policy
             // counts entries only, not what a snapshot costs to write.
             snapshot_policy: openraft::SnapshotPolicy::Never,
@@ -264,6 +265,7 @@ impl Node {
         let network = Network {
             peers: peers.clone(),
             durability: gated.then(|| log.durability()),
+            retry_after: Duration::from_millis(config.heartbeat_ms),
         };
         let raft = Raft::new(id, Arc::new(raft_config), network, log, sm)
             .await

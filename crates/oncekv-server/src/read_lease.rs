@@ -7,14 +7,14 @@
 //! Why that is safe, and what it assumes:
 //! - A round that started at `t0` and was answered by a quorum means each member of that
 //!   quorum heard from this leader after `t0`. openraft makes a voter that heard from its
-//!   leader refuse every vote for `election_timeout_max` (twice `--election-timeout`)
-//!   afterwards, and a member whose timer runs out waits at least `--election-timeout`
-//!   before it stands itself. So no other leader can exist before `t0 +
-//!   --election-timeout`; the lease ends earlier, at `t0 + LEASE_FRACTION x
-//!   --election-timeout`.
+//!   leader refuse every vote for `election_timeout_max` afterwards, which is
+//!   `--election-timeout` (see `NodeConfig::vote_lease`). A new leader needs a vote from
+//!   one member of that quorum, so none can exist before `t0 + --election-timeout`; the
+//!   lease ends earlier, at `t0 + LEASE_FRACTION x --election-timeout`.
 //! - A voter forgets when it last heard from the leader if it restarts. So with lease
-//!   reads on, a member refuses to vote for anyone during its first `2 x
-//!   --election-timeout` (see [`ReadLease::voting_allowed`]). Every member must run with
+//!   reads on, a member refuses to vote for anyone during its first `--election-timeout`:
+//!   it heard that leader before it stopped, so it owes it less than that from its start
+//!   (see [`ReadLease::voting_allowed`]). Every member must run with
 //!   the flag: the guard is on the voters, the lease on the leader.
 //! - Clocks: each member measures these spans on its own monotonic clock. The lease is
 //!   right while no clock runs more than 20 % faster or slower than another over an
@@ -51,12 +51,12 @@ struct Held {
 }
 
 impl ReadLease {
-    /// A lease for a member that started now, with this election timeout (openraft's
-    /// `election_timeout_min`; `election_timeout_max` is twice it).
+    /// A lease for a member that started now, given how long a voter refuses votes after
+    /// hearing its leader (`NodeConfig::vote_lease`, openraft's `election_timeout_max`).
     pub(crate) fn new(election_timeout: Duration) -> ReadLease {
         ReadLease {
             duration: election_timeout.mul_f64(LEASE_FRACTION),
-            votes_from: Instant::now() + election_timeout * 2,
+            votes_from: Instant::now() + election_timeout,
             held: Mutex::new(None),
             renewing: AtomicBool::new(false),
         }
@@ -151,8 +151,8 @@ mod tests {
     fn a_started_member_does_not_vote_for_twice_the_election_timeout() {
         let started = Instant::now();
         let lease = ReadLease::new(Duration::from_millis(1000));
-        assert!(!lease.voting_allowed(started + Duration::from_millis(1999)));
+        assert!(!lease.voting_allowed(started + Duration::from_millis(999)));
         assert!(lease.voting_allowed(lease.votes_from()));
-        assert!(lease.votes_from() >= started + Duration::from_millis(2000));
+        assert!(lease.votes_from() >= started + Duration::from_millis(1000));
     }
 }

@@ -220,8 +220,9 @@ fn election_wait(config: &NodeConfig) -> Duration {
 }
 
 /// How long a request waits for a leader to replace one that crashed: the others first
-/// wait out its lease (up to an election timeout after its last heartbeat), then one of
-/// them times out (one to two election timeouts, randomized) and wins a vote.
+/// wait out its lease (an election timeout after its last heartbeat), then one of them
+/// times out (half to one election timeout, randomized) and wins a vote; twice that
+/// leaves room for one split vote and a slow machine.
 fn failover_wait(config: &NodeConfig) -> Duration {
     Duration::from_millis(config.election_timeout_ms.saturating_mul(4)).min(config.request_timeout)
 }
@@ -325,11 +326,9 @@ impl NodeCore {
             config.batch,
             config.request_timeout,
         );
-        let lease = config.leader_lease_reads.then(|| {
-            Arc::new(ReadLease::new(Duration::from_millis(
-                config.election_timeout_ms,
-            )))
-        });
+        let lease = config
+            .leader_lease_reads
+            .then(|| Arc::new(ReadLease::new(config.vote_lease())));
         let (reads, leader_reads) = read_batchers(
             &raft,
             &forwarder,
@@ -1014,8 +1013,8 @@ impl NodeCore {
     /// furthest along, so that clients find a leader at once instead of after an election
     /// timeout. Only the quick way is tried (see `NodeCore::hand_over`): waiting out the
     /// followers' lease would keep writes stopped as long as the election it replaces. A
-    /// leader younger than its own lease serves on until it has run out (at most two
-    /// election timeouts). Leaves this member refusing proposals, as it is about to stop.
+    /// leader younger than its own lease serves on until it has run out (at most one
+    /// election timeout). Leaves this member refusing proposals, as it is about to stop.
     pub async fn hand_over_before_stop(&self) {
         use std::sync::atomic::Ordering;
         let metrics = self.metrics();
@@ -1063,7 +1062,7 @@ impl NodeCore {
             return;
         }
         let since = *self.leading_since.lock().unwrap_or_else(|p| p.into_inner());
-        let lease = Duration::from_millis(self.config.election_timeout_ms * 2);
+        let lease = self.config.vote_lease();
         if let Some((term, at)) = since
             && term == self.metrics().current_term
         {
@@ -1094,7 +1093,7 @@ impl NodeCore {
             return Err("etcdserver: bad leader transferee".into());
         };
         let election = Duration::from_millis(self.config.election_timeout_ms);
-        let lease = election * 2;
+        let lease = self.config.vote_lease();
         if quick_hand_over_fits(membership) {
             let mut watch = self.raft.metrics();
             // Nothing new is proposed now, so the target's log catches up with this one.

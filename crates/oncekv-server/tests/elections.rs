@@ -119,11 +119,10 @@ async fn a_cluster_stopped_cleanly_restarts_under_its_leader_without_an_election
     );
 }
 
-// Followers that crashed and restart know no leader and stand for election after one to
-// two election timeouts; two of them are a majority without the leader. The leader, which
-// kept trying them while they were down (openraft backs off 500 ms between tries), must
-// reach them first: their restart must not depose a healthy leader (a new term, an
-// election's pause, requests in flight failed).
+// Followers that crashed and restart know no leader and stand for election after half to
+// one election timeout; two of them are a majority without the leader. The leader, which
+// kept trying them while they were down, must reach them first: their restart must not
+// depose a healthy leader (a new term, an election's pause, requests in flight failed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_followers_that_restart_follow_the_leader_they_find() {
     let mut cluster = TestCluster::start(3, |_| {}).await;

@@ -188,8 +188,8 @@ pub struct EtcdOnly {
     /// often; a value is accepted with a warning.
     #[arg(long, value_parser = crate::cli::parse_duration)]
     pub grpc_keepalive_min_time: Option<Duration>,
-    /// etcd lets a fresh member start its first election early. openraft's first
-    /// election waits one randomized election timeout either way; either value holds.
+    /// etcd lets a fresh member start its first election early. oncekv's first election
+    /// comes after half to one election timeout either way; either value holds.
     #[arg(long, num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub initial_election_tick_advance: Option<bool>,
@@ -597,9 +597,8 @@ pub struct Tuning {
     #[arg(long, default_value_t = 100)]
     pub heartbeat_interval: u64,
     /// Raft election timeout, in milliseconds: at least 5 heartbeat intervals, at most
-    /// 50000. A member that knows no leader stands for election after 1 to 2 of these; a
-    /// follower that stops hearing from its leader, after 3 to 4 (openraft waits out its
-    /// lease on the leader first; etcd: 1 to 2).
+    /// 50000. A follower that stops hearing from its leader stands for election after 1.5
+    /// to 2 of these (etcd: 1 to 2); a member that knows no leader, after 0.5 to 1.
     #[arg(long, default_value_t = 1000)]
     pub election_timeout: u64,
     /// "basic" or "extensive": extensive adds grpc_server_handling_seconds, a histogram of
@@ -666,9 +665,9 @@ pub struct Tuning {
     /// Serve linearizable reads on the leader without a round of heartbeats while a
     /// quorum confirmed its leadership within the last 0.8 election timeouts (a lease).
     /// Faster reads, at a price: it assumes no member's clock runs 20 % faster or slower
-    /// than another's, and a member with it refuses to vote during its first two election
-    /// timeouts (a restarted member forgets which leader it heard from). Give it to
-    /// every member or none.
+    /// than another's, and a member with it refuses to vote during its first election
+    /// timeout (a restarted member forgets which leader it heard from). Give it to every
+    /// member or none.
     #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
               value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set)]
     pub leader_lease_reads: bool,
@@ -704,7 +703,8 @@ pub struct Tuning {
 impl Tuning {
     pub fn apply(&self, config: &mut NodeConfig) -> Result<(), String> {
         // etcd's checks, in its words: raft needs heartbeats well inside an election
-        // timeout (openraft refuses a shortest timeout not above the heartbeat).
+        // timeout (openraft's shortest timeout is half of it, see
+        // `NodeConfig::raft_election_timeouts`).
         let (heartbeat, election) = (self.heartbeat_interval, self.election_timeout);
         if heartbeat == 0 {
             return Err("--heartbeat-interval must be >0 (set to 0ms)".into());
