@@ -53,10 +53,10 @@ struct Held {
 impl ReadLease {
     /// A lease for a member that started now, given how long a voter refuses votes after
     /// hearing its leader (`NodeConfig::vote_lease`, openraft's `election_timeout_max`).
-    pub(crate) fn new(election_timeout: Duration) -> ReadLease {
+    pub(crate) fn new(vote_lease: Duration) -> ReadLease {
         ReadLease {
-            duration: election_timeout.mul_f64(LEASE_FRACTION),
-            votes_from: Instant::now() + election_timeout,
+            duration: vote_lease.mul_f64(LEASE_FRACTION),
+            votes_from: Instant::now() + vote_lease,
             held: Mutex::new(None),
             renewing: AtomicBool::new(false),
         }
@@ -148,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn a_started_member_does_not_vote_for_twice_the_election_timeout() {
+    fn a_started_member_does_not_vote_for_one_vote_lease() {
         let started = Instant::now();
         let lease = ReadLease::new(Duration::from_millis(1000));
         assert!(!lease.voting_allowed(started + Duration::from_millis(999)));
