@@ -170,6 +170,32 @@ fn range_prefix_selects_exactly_the_prefixed_keys() {
     assert_eq!(read(&r, &get_req(KeyRange::prefix("a"))).count, 6);
 }
 
+// A single key (an empty range_end) is looked up, not scanned: it must find that key
+// only, never a neighbour it prefixes, and see deletes and past revisions.
+#[test]
+fn a_single_key_read_finds_that_key_alone() {
+    let mut r = replica();
+    for k in ["a", "ab", "b"] {
+        r.ok(Op::put(k, "v1"));
+    }
+    let before_delete = r.sm.revision();
+    let single = |k: &str| get_req(KeyRange::single(b(k)));
+    assert_eq!(keys(&read(&r, &single("a"))), ["a"]);
+    assert_eq!(read(&r, &single("a")).count, 1);
+    assert_eq!(read(&r, &single("aa")).count, 0, "no key between a and ab");
+    r.ok(Op::DeleteRange(DeleteRangeRequest {
+        range: KeyRange::single(b("a")),
+        prev_kv: false,
+    }));
+    assert_eq!(read(&r, &single("a")).count, 0, "deleted");
+    assert_eq!(keys(&read(&r, &single("ab"))), ["ab"]);
+    let past = RangeRequest {
+        revision: before_delete,
+        ..single("a")
+    };
+    assert_eq!(keys(&read(&r, &past)), ["a"], "still there at its revision");
+}
+
 // `--from-key` is range_end "\0"; key "\0" with it means every key.
 #[test]
 fn range_from_key_reads_to_the_end() {
