@@ -94,8 +94,8 @@ pub struct NodeCore {
     /// leader's answer, shared by the reads waiting at that moment.
     reads: Arc<ReadBatcher>,
     /// This member's own confirmations: asked by followers (a forwarded request is never
-    /// forwarded again) and by the rounds of `reads` here, so a leader runs one stream of
-    /// rounds for both.
+    /// forwarded again), by its own reads while it leads, and by the rounds of `reads`
+    /// here, so a leader runs one stream of rounds for all of them.
     leader_reads: Arc<ReadBatcher>,
     /// With `--leader-lease-reads`: while a recent confirmation's lease runs, the leader
     /// answers reads without another round.
@@ -731,7 +731,17 @@ impl NodeCore {
     /// [`ReadBatcher`](crate::read_batch::ReadBatcher)); a follower asks the leader once
     /// per batch.
     pub async fn read_index(&self) -> Result<(), ProposeError> {
-        let index = self.read_index_via(&self.reads).await?;
+        // A member that leads joins its own rounds directly: through `reads` its read
+        // would wait for a round of `reads` that waits for one of `leader_reads`. Should
+        // it have lost the lead meanwhile, `reads` finds the new leader.
+        let leading = self.raft.metrics().borrow().current_leader == Some(self.id);
+        let index = match leading {
+            true => match self.read_index_via(&self.leader_reads).await {
+                Err(ProposeError::NotLeader { .. }) => self.read_index_via(&self.reads).await,
+                other => other,
+            },
+            false => self.read_index_via(&self.reads).await,
+        }?;
         // tokio's clock: the same as std's in production, simulated time in a simulation.
         let deadline = tokio::time::Instant::now().into_std() + self.config.request_timeout;
         Ok(self.applied.wait_applied(index, deadline).await?)

@@ -90,7 +90,11 @@ impl Applied {
         index: u64,
         deadline: Instant,
     ) -> Result<(), WaitError<ProposeError>> {
-        // Register before looking, so an apply in between cannot be missed.
+        // Already applied (the usual case for a read): no waiter to register and remove.
+        if self.read().sm.applied_index() >= index {
+            return Ok(());
+        }
+        // Register before looking again, so an apply in between cannot be missed.
         let waiter = self.waiters.register(index, Some(deadline));
         if self.read().sm.applied_index() >= index {
             return Ok(());
