@@ -697,17 +697,9 @@ async fn fatal_watch(
 /// The corruption check once this member has a leader and has caught up with it, as
 /// etcd's initial check runs before it serves.
 async fn initial_corrupt_check(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    let ready = async {
-        loop {
-            if core.leader().is_some() && core.read_index().await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
     tokio::select! {
         _ = stop.changed() => return,
-        _ = ready => {}
+        () = core.caught_up() => {}
     }
     let outcome = crate::fanout::corruption_check(&core).await;
     tracing::info!(?outcome, "initial corruption check");

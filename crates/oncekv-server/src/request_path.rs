@@ -379,6 +379,18 @@ impl NodeCore {
         self.cluster_id
     }
 
+    /// Returns once this member knows a leader and has applied everything committed
+    /// before the call (a read index confirmed), retrying every 100 ms until then: the
+    /// moment etcd calls ready, when its member has joined and serves current reads.
+    pub async fn caught_up(&self) {
+        loop {
+            if self.leader().is_some() && self.read_index().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub(crate) fn forwarder(&self) -> &Forwarder {
         &self.forwarder
     }

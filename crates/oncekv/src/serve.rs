@@ -1013,6 +1013,38 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         "oncekv: metrics at {scheme}://{}/metrics, health at {scheme}://{}/health",
         node.client_addr, node.client_addr
     );
+    let ready = tokio::spawn(announce_ready(
+        node.core.clone(),
+        args.name.clone(),
+        advertise.clone(),
+    ));
+    let outcome = serve_until_stopped(node, &args.name).await;
+    ready.abort();
+    outcome
+}
+
+/// Prints etcd's own words for a member that is ready, once it has a leader and has
+/// caught up with it: scripts and test harnesses written for etcd wait for these lines
+/// ("ready to serve client requests" above all) on its output.
+async fn announce_ready(
+    core: std::sync::Arc<oncekv_server::request_path::NodeCore>,
+    name: String,
+    client_urls: String,
+) {
+    core.caught_up().await;
+    let version = oncekv_server::etcd::ETCD_API_VERSION;
+    let minor = version.rsplit_once('.').map_or(version, |(minor, _)| minor);
+    eprintln!("oncekv: enabled capabilities for version {minor}");
+    eprintln!(
+        "oncekv: published {{Name:{name} ClientURLs:[{}]}} to cluster {:x}",
+        client_urls.replace(',', " "),
+        core.cluster_id()
+    );
+    eprintln!("oncekv: ready to serve client requests");
+}
+
+/// Serves until a signal asks to stop (then stops gracefully) or the member cannot go on.
+async fn serve_until_stopped(node: Node, name: &str) -> Result<(), String> {
     tokio::select! {
         signal = crate::stop_requested() => signal?,
         stopped = node.failed() => {
@@ -1021,15 +1053,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             return match stopped {
                 Stopped::Removed => {
                     eprintln!(
-                        "oncekv: member {} has been permanently removed from the cluster; exiting",
-                        args.name
+                        "oncekv: member {name} has been permanently removed from the cluster; exiting"
                     );
                     Ok(())
                 }
                 Stopped::Fatal(error) => Err(format!(
-                    "member {} stopped on a storage error and exits (restart it once the cause \
-                     is fixed; what it acknowledged is durable): {error}",
-                    args.name
+                    "member {name} stopped on a storage error and exits (restart it once the \
+                     cause is fixed; what it acknowledged is durable): {error}"
                 )),
             };
         }
