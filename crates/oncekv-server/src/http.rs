@@ -77,9 +77,12 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response {
         .into_response()
 }
 
+/// Why `/health` answered false (an oncekv header; etcd 3.4's body has no reason).
+const HEALTH_REASON: &str = "x-oncekv-health-reason";
+
 /// etcd's `/health`: `{"health":"true"}` with 200 when no alarm is raised, the member
 /// has a leader, and a linearizable read succeeds within a second; otherwise
-/// `"false"` with 503 and the reason.
+/// `{"health":"false"}` with 503 and the reason in [`HEALTH_REASON`].
 #[derive(Debug, serde::Deserialize, Default)]
 struct HealthQuery {
     /// `?cluster`: every member's health, asked by this one (oncekv's; etcdctl's
@@ -90,10 +93,7 @@ struct HealthQuery {
 async fn health(State(core): State<Arc<NodeCore>>, Query(q): Query<HealthQuery>) -> Response {
     if q.cluster.is_some() {
         return match crate::fanout::cluster_health(&core).await {
-            Ok(()) => json(
-                StatusCode::OK,
-                serde_json::json!({ "health": "true", "reason": "" }),
-            ),
+            Ok(()) => json(StatusCode::OK, serde_json::json!({ "health": "true" })),
             Err(report) => {
                 let members: serde_json::Map<String, serde_json::Value> = report
                     .into_iter()
@@ -110,17 +110,20 @@ async fn health(State(core): State<Arc<NodeCore>>, Query(q): Query<HealthQuery>)
             }
         };
     }
+    // etcd 3.4's body exactly (scripts match it as a string); the reason, which 3.4 does
+    // not give, goes in a header of oncekv's own and the log.
     match crate::fanout::own_health(&core).await {
-        Ok(()) => json(
-            StatusCode::OK,
-            serde_json::json!({ "health": "true", "reason": "" }),
-        ),
+        Ok(()) => json(StatusCode::OK, serde_json::json!({ "health": "true" })),
         Err(reason) => {
             tracing::warn!(%reason, "/health error");
-            json(
+            let mut response = json(
                 StatusCode::SERVICE_UNAVAILABLE,
-                serde_json::json!({ "health": "false", "reason": reason }),
-            )
+                serde_json::json!({ "health": "false" }),
+            );
+            if let Ok(value) = HeaderValue::from_str(&reason) {
+                response.headers_mut().insert(HEALTH_REASON, value);
+            }
+            response
         }
     }
 }
