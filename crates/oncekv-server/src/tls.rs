@@ -17,8 +17,11 @@ use std::time::SystemTime;
 use oncekv_proto::tls::{
     TlsError, load_certs, load_crls, load_key, load_roots, provider_for_suites,
 };
-use rustls::ServerConfig;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 use tonic::transport::server::Connected;
@@ -111,12 +114,20 @@ impl TlsFiles {
                 } else {
                     verifier.allow_unauthenticated()
                 };
-                builder.with_client_cert_verifier(verifier.build().map_err(|e| {
-                    TlsError::BadCertificate {
-                        path: ca.clone(),
-                        reason: e.to_string(),
-                    }
-                })?)
+                let verifier = verifier.build().map_err(|e| TlsError::BadCertificate {
+                    path: ca.clone(),
+                    reason: e.to_string(),
+                })?;
+                // With a revocation list, only the chain webpki checks (the list applies
+                // to it); without, a trusted certificate presented as itself is accepted.
+                let verifier: Arc<dyn ClientCertVerifier> = match &self.crl_file {
+                    Some(_) => verifier,
+                    None => Arc::new(TrustedItself {
+                        inner: verifier,
+                        trusted: load_certs(ca)?,
+                    }),
+                };
+                builder.with_client_cert_verifier(verifier)
             }
             None => builder.with_no_client_auth(),
         };
@@ -278,6 +289,88 @@ fn dns_name_matches(pattern: &str, host: &str) -> bool {
             .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
         None => pattern == host,
     }
+}
+
+/// A client certificate verifier that also accepts a certificate which is itself one of
+/// the trusted CA certificates, byte for byte, within its validity period: a
+/// self-signed certificate given both as the CA (`--trusted-ca-file`) and as the client's
+/// own (`--cert`). Go's TLS, and so etcd, accepts that chain of one; webpki refuses a CA
+/// certificate presented by an end entity. The handshake still proves the client holds
+/// its key (the signatures are checked by `inner`).
+#[derive(Debug)]
+struct TrustedItself {
+    inner: Arc<dyn ClientCertVerifier>,
+    trusted: Vec<CertificateDer<'static>>,
+}
+
+impl ClientCertVerifier for TrustedItself {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let refused = match self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)
+        {
+            Ok(verified) => return Ok(verified),
+            Err(e) => e,
+        };
+        let trusted = self
+            .trusted
+            .iter()
+            .any(|c| c.as_ref() == end_entity.as_ref());
+        if trusted && valid_at(end_entity, now) {
+            Ok(ClientCertVerified::assertion())
+        } else {
+            Err(refused)
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Whether a DER certificate's validity period includes `now`.
+fn valid_at(cert: &[u8], now: UnixTime) -> bool {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
+        return false;
+    };
+    let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    x509_parser::time::ASN1Time::from_timestamp(secs)
+        .is_ok_and(|at| parsed.validity().is_valid_at(at))
 }
 
 /// The subject's common name in a DER certificate.
@@ -538,5 +631,93 @@ mod tests {
         }
         assert!(!names_host(&alice, "alice"));
         assert!(!names_host(b"not a certificate", "localhost"));
+    }
+
+    /// A self-signed CA certificate (common name `cn`) and its key, as PEM files in `dir`.
+    fn self_signed_ca(dir: &Path, cn: &str) -> (PathBuf, PathBuf) {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (cert_file, key_file) = (
+            dir.join(format!("{cn}.pem")),
+            dir.join(format!("{cn}-key.pem")),
+        );
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        (cert_file, key_file)
+    }
+
+    /// Whether a client presenting `client` (certificate and key files) completes a
+    /// handshake with a server configured by `files`.
+    async fn handshake(files: &TlsFiles, client: (&Path, &Path)) -> bool {
+        let server = ServerTls::new(files.clone()).unwrap().config();
+        // The server's certificate is signed by the first certificate of the CA file.
+        let mut roots = rustls::RootCertStore::empty();
+        let trusted = files.trusted_ca_file.as_ref().unwrap();
+        roots.add(load_certs(trusted).unwrap().remove(0)).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(load_certs(client.0).unwrap(), load_key(client.1).unwrap())
+        .unwrap();
+        let (a, b) = tokio::io::duplex(64 << 10);
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let acceptor = tokio_rustls::TlsAcceptor::from(server);
+        let (client, server) = tokio::join!(
+            async {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = connector.connect(name, a).await?;
+                s.write_all(b"ping").await?;
+                // TLS 1.3 refuses a client certificate after the client's handshake ends:
+                // a reply proves the server took it.
+                let mut reply = [0u8; 4];
+                s.read_exact(&mut reply).await.map(|_| reply)
+            },
+            async {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = acceptor.accept(b).await?;
+                let mut got = [0u8; 4];
+                s.read_exact(&mut got).await?;
+                s.write_all(b"pong").await?;
+                s.flush().await
+            }
+        );
+        client.is_ok_and(|reply| &reply == b"pong") && server.is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_trusted_self_signed_certificate_is_accepted_as_the_client_s_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = DevPki::create(&dir.path().join("pki"), &[]).unwrap();
+        // A self-signed CA certificate among the trusted ones, presented by the client as
+        // its own (etcd's tests do so with one whose common name is "root").
+        let (cert, key) = self_signed_ca(dir.path(), "root");
+        let (other_cert, other_key) = self_signed_ca(dir.path(), "mallory");
+        let trusted = dir.path().join("trusted.pem");
+        let both = [pki.ca_file.as_path(), cert.as_path()].map(|f| std::fs::read(f).unwrap());
+        std::fs::write(&trusted, both.concat()).unwrap();
+        let files = TlsFiles {
+            cert_file: pki.server_cert.clone(),
+            key_file: pki.server_key.clone(),
+            trusted_ca_file: Some(trusted),
+            client_cert_auth: true,
+            ..TlsFiles::default()
+        };
+        assert!(
+            handshake(&files, (&cert, &key)).await,
+            "the trusted certificate itself"
+        );
+        assert!(
+            !handshake(&files, (&other_cert, &other_key)).await,
+            "a self-signed certificate the server does not trust"
+        );
     }
 }
