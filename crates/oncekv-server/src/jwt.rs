@@ -307,10 +307,17 @@ fn public_key(pem: &[u8]) -> Result<Vec<u8>, String> {
     if let Some((_, der)) = blocks.iter().find(|(l, _)| l == "RSA PUBLIC KEY") {
         return Ok(der.clone());
     }
-    let Some((_, der)) = blocks.iter().find(|(l, _)| l == "PUBLIC KEY") else {
-        return Err("auth: the public key file holds no PEM public key".into());
-    };
     use x509_parser::prelude::FromDer;
+    let Some((_, der)) = blocks.iter().find(|(l, _)| l == "PUBLIC KEY") else {
+        // A certificate will do, as in etcd (its key parsing falls back to one): its
+        // subject's key is the public key.
+        if let Some((_, der)) = blocks.iter().find(|(l, _)| l == "CERTIFICATE") {
+            let (_, cert) = x509_parser::parse_x509_certificate(der)
+                .map_err(|e| format!("auth: public key certificate: {e}"))?;
+            return Ok(cert.public_key().subject_public_key.data.to_vec());
+        }
+        return Err("auth: the public key file holds no PEM public key (nor a certificate)".into());
+    };
     let (_, spki) = x509_parser::x509::SubjectPublicKeyInfo::from_der(der)
         .map_err(|e| format!("auth: public key: {e}"))?;
     Ok(spki.subject_public_key.data.to_vec())
@@ -454,7 +461,8 @@ mod tests {
     use super::*;
 
     /// Keys made with openssl for these tests only (testdata/jwt): RSA in PKCS#1 and
-    /// PKCS#8, EC in SEC1 (P-256, P-384), Ed25519 in PKCS#8, an HMAC secret.
+    /// PKCS#8, EC in SEC1 (P-256, P-384), Ed25519 in PKCS#8, an HMAC secret, and a
+    /// self-signed certificate of the first RSA key.
     fn key(name: &str) -> Vec<u8> {
         std::fs::read(format!(
             "{}/testdata/jwt/{name}",
@@ -551,6 +559,19 @@ mod tests {
             .sign("carol", 1, 5)
             .unwrap();
         assert_eq!(ec.verify(&token, 5).unwrap().username, "carol");
+    }
+
+    #[test]
+    fn a_certificate_serves_as_the_public_key() {
+        // etcd's own tests give a server certificate as pub-key.
+        let signer = jwt("RS256", Some("rsa.pem"), Some("rsa.crt.pem")).unwrap();
+        let checker = jwt("RS256", None, Some("rsa.crt.pem")).unwrap();
+        let token = signer.sign("dave", 2, 9).unwrap();
+        assert_eq!(checker.verify(&token, 9).unwrap().username, "dave");
+        assert_eq!(
+            jwt("RS256", Some("rsa2.pkcs8.pem"), Some("rsa.crt.pem")).unwrap_err(),
+            "auth: public and private keys don't match"
+        );
     }
 
     #[test]
