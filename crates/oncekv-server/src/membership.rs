@@ -26,6 +26,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use openraft::ChangeMembers;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
@@ -35,6 +37,22 @@ use crate::disk::Disk;
 use crate::error::ProposeError;
 use crate::request_path::NodeCore;
 use crate::types::{Member, NodeId};
+
+/// Counts a membership change as running while it lives.
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn start(count: &Arc<AtomicUsize>) -> Running {
+        count.fetch_add(1, Ordering::AcqRel);
+        Running(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// The most learners a cluster may have at once (etcd 3.4's limit).
 pub const MAX_LEARNERS: usize = 1;
@@ -185,6 +203,22 @@ impl NodeCore {
                 let learner_added = self.timed(self.raft().add_learner(id, node, false)).await?;
                 if learner {
                     learner_added
+                } else if membership.voter_ids().eq([self.id()]) {
+                    // A one-member cluster growing, as etcd grows one: the joint
+                    // configuration needs the new member to commit, which has not started
+                    // yet. The add is done once this leader, the old configuration's whole
+                    // quorum, has that configuration on disk; from then on nothing commits
+                    // without the new member, as in etcd, and the change finishes when it
+                    // joins.
+                    let change = self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])));
+                    tokio::select! {
+                        done = change => done?,
+                        entered = self.joint_on_disk(id) => {
+                            entered?;
+                            let members = members_of(self.metrics().membership_config.membership());
+                            return Ok(Changed { added, members });
+                        }
+                    }
                 } else {
                     self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
                         .await?
@@ -243,10 +277,82 @@ impl NodeCore {
         change: ChangeMembers<NodeId, Member>,
     ) -> Result<openraft::raft::ClientWriteResponse<crate::types::TypeConfig>, MembershipError>
     {
-        // `retain: false`: a voter removed leaves the configuration entirely rather than
-        // staying on as a learner.
-        self.timed(self.raft().change_membership(change, false))
-            .await
+        // In a task of its own: openraft takes a joint change's two steps within this one
+        // call, so a call dropped between them (the request timed out, its client went
+        // away) would leave the cluster in the joint configuration.
+        let raft = self.raft().clone();
+        let running = Running::start(&self.changes_running);
+        let task = tokio::spawn(async move {
+            let _running = running;
+            // `retain: false`: a voter removed leaves the configuration entirely rather
+            // than staying on as a learner.
+            raft.change_membership(change, false).await
+        });
+        self.timed(async move {
+            task.await
+                .unwrap_or(Err(RaftError::Fatal(openraft::error::Fatal::Stopped)))
+        })
+        .await
+    }
+
+    /// Returns once the membership in effect here names `id` as a voter and its entry is
+    /// on this member's disk (within the request timeout).
+    async fn joint_on_disk(&self, id: NodeId) -> Result<(), MembershipError> {
+        let mut metrics = self.raft().metrics();
+        let entered = async {
+            let index = loop {
+                let entry = {
+                    let m = metrics.borrow_and_update();
+                    let config = &m.membership_config;
+                    let voter = config.membership().voter_ids().any(|v| v == id);
+                    voter.then(|| config.log_id().as_ref().map_or(0, |l| l.index))
+                };
+                if let Some(index) = entry {
+                    break index;
+                }
+                if metrics.changed().await.is_err() {
+                    return Err(ProposeError::Stopped.into());
+                }
+            };
+            self.log_durable(index)
+                .await
+                .map_err(|e| MembershipError::Refused(format!("the log failed: {e}")))
+        };
+        match tokio::time::timeout(self.config().request_timeout, entered).await {
+            Ok(entered) => entered,
+            Err(_) => Err(ProposeError::Timeout.into()),
+        }
+    }
+
+    /// On the leader, with no change running here: finishes a joint configuration left
+    /// behind (its leader crashed, or stepped down, between the two steps), by changing
+    /// to the configuration's newer half, in a task. Called by the ticker; once the joint
+    /// entry is committed only, as openraft refuses a change before.
+    pub(crate) fn finish_joint_membership(self: &Arc<Self>) {
+        if self.changes_running.load(Ordering::Acquire) > 0 {
+            return;
+        }
+        let target = {
+            let m = self.metrics();
+            let config = &m.membership_config;
+            let committed = config.log_id().as_ref().map(|l| l.index)
+                <= m.last_applied.as_ref().map(|l| l.index);
+            let joint = config.membership().get_joint_config();
+            match (m.current_leader == Some(self.id()), committed, joint.last()) {
+                (true, true, Some(newer)) if joint.len() > 1 => newer.clone(),
+                _ => return,
+            }
+        };
+        tracing::info!(?target, "finishing a joint membership change left behind");
+        // Counted from now, so the next tick does not start a second one.
+        let running = Running::start(&self.changes_running);
+        let core = self.clone();
+        tokio::spawn(async move {
+            let _running = running;
+            if let Err(e) = core.change(ChangeMembers::ReplaceAllVoters(target)).await {
+                tracing::warn!("finishing the joint membership change failed: {e}");
+            }
+        });
     }
 
     /// `fut` within the request timeout, with openraft's refusals as etcd's.

@@ -529,13 +529,15 @@ async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
         core.measure_db_size();
         core.snapshot_if_due().await;
         core.tick_if_due().await;
+        core.finish_joint_membership();
     }
 }
 
 /// Keeps this member's client URL in raft's replicated membership equal to its
 /// configured one (the membership written at formation knows only each member's own), so
-/// every member's MemberList names every member's client URLs. Checks once a second; a publish
-/// is one membership entry, proposed only when the URL differs.
+/// every member's MemberList names every member's client URLs. Checks every 100 ms until
+/// the URL is published (see [`NodeCore::published`]), then once a second; a publish is
+/// one membership entry, proposed only when the URL differs.
 async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
     let Some(client_url) = core
         .members()
@@ -543,17 +545,23 @@ async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>
         .map(|m| m.client_url.clone())
         .filter(|u| !u.is_empty())
     else {
+        core.mark_published();
         return;
     };
     // The leader answered that its membership has this URL: with the formation
     // membership still in effect, no entry will come to make this member's view agree,
     // and none is needed (every member was formed knowing it).
     let mut confirmed = false;
+    let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
+        wait = match core.is_published() {
+            true => Duration::from_secs(1),
+            false => Duration::from_millis(100),
+        };
         let recorded = core
             .membership()
             .get(&core.id())
@@ -565,6 +573,9 @@ async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>
         let settled = !initial && recorded == Some(client_url.clone());
         // The leader's own view is the one its membership entries carry.
         let leading = core.leader() == Some(core.id());
+        if core.leader().is_some() && (settled || (initial && (leading || confirmed))) {
+            core.mark_published();
+        }
         if core.leader().is_none()
             || recorded.is_none()
             || settled

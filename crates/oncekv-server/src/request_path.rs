@@ -83,6 +83,11 @@ pub struct NodeCore {
     fanouts: crate::fanout::Fanouts,
     /// Set while this leader hands leadership over (MoveLeader): it proposes nothing.
     transferring: std::sync::atomic::AtomicBool,
+    /// Membership changes running in their tasks here (see `NodeCore::change`); while
+    /// any runs, the ticker does not finish a joint configuration itself.
+    pub(crate) changes_running: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether this member's client URL is in the membership as its leader has it.
+    published: tokio::sync::watch::Sender<bool>,
     /// When this member last saw itself become leader, and of which term (set by the
     /// leadership watch, so never earlier than raft's own moment).
     leading_since: std::sync::Mutex<Option<(u64, tokio::time::Instant)>>,
@@ -357,6 +362,8 @@ impl NodeCore {
             db_size: std::sync::atomic::AtomicU64::new(0),
             fanouts: crate::fanout::Fanouts::new(),
             transferring: std::sync::atomic::AtomicBool::new(false),
+            changes_running: Arc::default(),
+            published: tokio::sync::watch::Sender::new(false),
             leading_since: std::sync::Mutex::new(None),
             snapshot_asked: std::sync::Mutex::new(None),
             metrics,
@@ -389,6 +396,32 @@ impl NodeCore {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Records that this member's client URL is published (see [`NodeCore::published`]).
+    pub(crate) fn mark_published(&self) {
+        self.published.send_replace(true);
+    }
+
+    pub(crate) fn is_published(&self) -> bool {
+        *self.published.borrow()
+    }
+
+    /// Returns once this member's client URL is in the membership as its leader has it,
+    /// so that a MemberList lists it (etcd's member publishes its attributes before it
+    /// calls itself ready).
+    pub async fn published(&self) {
+        let mut published = self.published.subscribe();
+        let _ = published.wait_for(|p| *p).await;
+    }
+
+    /// Waits until log entry `index` and those before it are on this member's disk.
+    pub(crate) async fn log_durable(&self, index: u64) -> Result<(), String> {
+        self.log
+            .durability()
+            .wait(index)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     pub(crate) fn forwarder(&self) -> &Forwarder {

@@ -1023,8 +1023,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     outcome
 }
 
-/// Prints etcd's own words for a member that is ready, once it has a leader and has
-/// caught up with it: scripts and test harnesses written for etcd wait for these lines
+/// Prints etcd's own words for a member that is ready, once it has a leader, has caught
+/// up with it and has published its client URL: scripts and test harnesses written for etcd wait for these lines
 /// ("ready to serve client requests" above all) on its output.
 async fn announce_ready(
     core: std::sync::Arc<oncekv_server::request_path::NodeCore>,
@@ -1032,6 +1032,7 @@ async fn announce_ready(
     client_urls: String,
 ) {
     core.caught_up().await;
+    core.published().await;
     let version = oncekv_server::etcd::ETCD_API_VERSION;
     let minor = version.rsplit_once('.').map_or(version, |(minor, _)| minor);
     eprintln!("oncekv: enabled capabilities for version {minor}");

@@ -249,3 +249,85 @@ fn etcdctl_grows_the_cluster_and_removes_the_leader() {
     assert!(out.contains("removed from cluster"), "{out}");
     assert_eq!(members(&remaining).len(), 3);
 }
+
+/// etcd's way to grow a one-member cluster: `member add` answers at once (the new member
+/// has not started), writes then wait for the new member, and once it joins both serve.
+/// The leader is killed between the add and the join, so the change it began is left
+/// in its joint configuration, which the restarted leader finishes itself.
+#[test]
+fn a_one_member_cluster_grows_even_when_its_leader_restarts_mid_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
+    let mut procs = start_founders(dir.path(), &ports, 1);
+    let n1 = format!("127.0.0.1:{}", ports[0].0);
+    eventually("etcdctl", &n1, &["put", "a", "1"], Duration::from_secs(20));
+
+    let n2_peer = format!("http://127.0.0.1:{}", ports[1].1);
+    let out = ok(
+        "etcdctl",
+        &n1,
+        &["member", "add", "n2", &format!("--peer-urls={n2_peer}")],
+    );
+    assert!(out.contains(" added to cluster "), "{out}");
+    let n2_cluster = env_value(&out, "ETCD_INITIAL_CLUSTER");
+    // Two voters, one started: nothing commits, as in etcd.
+    let refused = run("etcdctl", &n1, &["--command-timeout=1s", "put", "b", "2"]);
+    assert!(!refused.status.success(), "a write committed without n2");
+
+    procs.0[0].kill().unwrap();
+    procs.0[0].wait().unwrap();
+    let log = dir.path().join("n1.log");
+    procs.0[0] = serve_member(
+        dir.path(),
+        "n1",
+        ports[0],
+        &format!("n1=http://127.0.0.1:{}", ports[0].1),
+        false,
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    procs.0.push(serve_member(
+        dir.path(),
+        "n2",
+        ports[1],
+        &n2_cluster,
+        true,
+        Stdio::null(),
+    ));
+    let both = format!("{n1},127.0.0.1:{}", ports[1].0);
+    eventually(
+        "etcdctl",
+        &both,
+        &["put", "c", "3"],
+        Duration::from_secs(30),
+    );
+    let n2 = format!("127.0.0.1:{}", ports[1].0);
+    let got = eventually(
+        "etcdctl",
+        &n2,
+        &["get", "a", "--print-value-only"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(got.trim(), "1");
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("finishing a joint membership change left behind") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the restarted leader never finished the change:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Listed by name once n2 has published its own.
+    let start = Instant::now();
+    loop {
+        let names: Vec<String> = members(&both).into_iter().map(|(_, n, _)| n).collect();
+        if names == ["n1", "n2"] {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{names:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
