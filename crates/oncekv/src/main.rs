@@ -24,7 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// The client commands (put, get, del, txn, watch, compaction, lease, member, endpoint)
 /// take etcdctl 3.4's arguments and print what it prints.
 #[derive(Debug, Parser)]
-#[command(name = "oncekv", version)]
+#[command(name = "oncekv", version, args_override_self = true)]
 struct Cli {
     #[command(flatten)]
     client: cli::GlobalArgs,
@@ -345,6 +345,20 @@ mod tests {
         );
         assert!(!args.tls.client_cert_auth);
         assert!(args.tls.peer_auto_tls);
+        // A flag given twice: the last wins, as Go's flag package has it (etcd's own tests
+        // pass --client-cert-auth twice).
+        let args = serve_args(
+            Cli::try_parse_from([
+                "oncekv",
+                "serve",
+                "--name=a",
+                "--client-cert-auth",
+                "--name=b",
+                "--client-cert-auth",
+            ])
+            .unwrap(),
+        );
+        assert_eq!((args.name.as_str(), args.tls.client_cert_auth), ("b", true));
         assert_eq!(args.etcd.check(), Ok(vec![]));
         for refused in [
             "--strict-reconfig-check",
