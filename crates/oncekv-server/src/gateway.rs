@@ -220,8 +220,27 @@ fn object(v: Value) -> Result<Value, Status> {
 
 // --- reading requests ---------------------------------------------------------------
 
+/// A request's field by its proto name (`range_end`) or, as grpc-gateway's parser takes
+/// too, by its lowerCamelCase JSON name (`rangeEnd`), which Go clients marshalling with
+/// jsonpb's defaults send.
+fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    v.get(name).or_else(|| {
+        let mut parts = name.split('_');
+        let first = parts.next()?;
+        let rest: String = parts
+            .map(|p| {
+                let mut chars = p.chars();
+                chars.next().map_or_else(String::new, |c| {
+                    c.to_ascii_uppercase().to_string() + chars.as_str()
+                })
+            })
+            .collect();
+        (!rest.is_empty()).then(|| v.get(format!("{first}{rest}").as_str()))?
+    })
+}
+
 fn bytes_of(v: &Value, name: &str) -> Result<Bytes, Status> {
-    match v.get(name) {
+    match field(v, name) {
         None | Some(Value::Null) => Ok(Bytes::new()),
         Some(Value::String(s)) => B64
             .decode(s)
@@ -234,7 +253,7 @@ fn bytes_of(v: &Value, name: &str) -> Result<Bytes, Status> {
 }
 
 fn int_of(v: &Value, name: &str) -> Result<i64, Status> {
-    match v.get(name) {
+    match field(v, name) {
         None | Some(Value::Null) => Ok(0),
         Some(Value::Number(n)) => n
             .as_i64()
@@ -249,7 +268,7 @@ fn int_of(v: &Value, name: &str) -> Result<i64, Status> {
 }
 
 fn uint_of(v: &Value, name: &str) -> Result<u64, Status> {
-    match v.get(name) {
+    match field(v, name) {
         None | Some(Value::Null) => Ok(0),
         Some(Value::Number(n)) => n.as_u64().ok_or_else(|| {
             Status::invalid_argument(format!("{name}: not an unsigned 64-bit integer"))
@@ -264,7 +283,7 @@ fn uint_of(v: &Value, name: &str) -> Result<u64, Status> {
 }
 
 fn text_of(v: &Value, name: &str) -> Result<String, Status> {
-    match v.get(name) {
+    match field(v, name) {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(other) => Err(Status::invalid_argument(format!(
@@ -274,7 +293,7 @@ fn text_of(v: &Value, name: &str) -> Result<String, Status> {
 }
 
 fn texts_of(v: &Value, name: &str) -> Result<Vec<String>, Status> {
-    match v.get(name) {
+    match field(v, name) {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items
             .iter()
@@ -292,12 +311,12 @@ fn texts_of(v: &Value, name: &str) -> Result<Vec<String>, Status> {
 }
 
 fn bool_of(v: &Value, name: &str) -> bool {
-    matches!(v.get(name), Some(Value::Bool(true)))
+    matches!(field(v, name), Some(Value::Bool(true)))
 }
 
 /// An enum field, by name (from `names`, index = value) or by number.
 fn enum_of(v: &Value, name: &str, names: &[&str]) -> Result<i32, Status> {
-    match v.get(name) {
+    match field(v, name) {
         None | Some(Value::Null) => Ok(0),
         Some(Value::String(s)) => names
             .iter()
@@ -318,7 +337,7 @@ const ALARM_TYPES: &[&str] = &["NONE", "NOSPACE", "CORRUPT"];
 /// A `LeaderKey` field (`{"name", "key", "rev", "lease"}`); absent is `None`, which the
 /// election service answers with etcd's error.
 fn leader_key_of(v: &Value, name: &str) -> Result<Option<electionpb::LeaderKey>, Status> {
-    match v.get(name) {
+    match field(v, name) {
         None | Some(Value::Null) => Ok(None),
         Some(l @ Value::Object(_)) => Ok(Some(electionpb::LeaderKey {
             name: bytes_of(l, "name")?,
@@ -376,7 +395,7 @@ fn delete_req(v: &Value) -> Result<pb::DeleteRangeRequest, Status> {
 fn txn_req(v: &Value) -> Result<pb::TxnRequest, Status> {
     use pb::compare::TargetUnion;
     let list = |name: &str| -> Vec<Value> {
-        v.get(name)
+        field(v, name)
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default()
@@ -385,15 +404,15 @@ fn txn_req(v: &Value) -> Result<pb::TxnRequest, Status> {
         .iter()
         .map(|c| {
             let target = enum_of(c, "target", &["VERSION", "CREATE", "MOD", "VALUE", "LEASE"])?;
-            let union = if c.get("version").is_some() {
+            let union = if field(c, "version").is_some() {
                 Some(TargetUnion::Version(int_of(c, "version")?))
-            } else if c.get("create_revision").is_some() {
+            } else if field(c, "create_revision").is_some() {
                 Some(TargetUnion::CreateRevision(int_of(c, "create_revision")?))
-            } else if c.get("mod_revision").is_some() {
+            } else if field(c, "mod_revision").is_some() {
                 Some(TargetUnion::ModRevision(int_of(c, "mod_revision")?))
-            } else if c.get("value").is_some() {
+            } else if field(c, "value").is_some() {
                 Some(TargetUnion::Value(bytes_of(c, "value")?))
-            } else if c.get("lease").is_some() {
+            } else if field(c, "lease").is_some() {
                 Some(TargetUnion::Lease(int_of(c, "lease")?))
             } else {
                 None
@@ -419,13 +438,13 @@ fn txn_req(v: &Value) -> Result<pb::TxnRequest, Status> {
 
 fn request_op(v: &Value) -> Result<pb::RequestOp, Status> {
     use pb::request_op::Request as R;
-    let request = if let Some(r) = v.get("request_range") {
+    let request = if let Some(r) = field(v, "request_range") {
         R::RequestRange(range_req(r)?)
-    } else if let Some(r) = v.get("request_put") {
+    } else if let Some(r) = field(v, "request_put") {
         R::RequestPut(put_req(r)?)
-    } else if let Some(r) = v.get("request_delete_range") {
+    } else if let Some(r) = field(v, "request_delete_range") {
         R::RequestDeleteRange(delete_req(r)?)
-    } else if let Some(r) = v.get("request_txn") {
+    } else if let Some(r) = field(v, "request_txn") {
         R::RequestTxn(txn_req(r)?)
     } else {
         return Err(Status::invalid_argument(
@@ -1089,8 +1108,8 @@ async fn watch(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> Resp
 /// One request of a watch stream, as grpc-gateway reads `WatchRequest` from JSON.
 fn watch_req(v: &Value) -> Result<pb::WatchRequest, Status> {
     use pb::watch_request::RequestUnion;
-    let field = |name: &str| v.get(name).filter(|f| !f.is_null());
-    let union = if let Some(c) = field("create_request") {
+    let given = |name: &str| field(v, name).filter(|f| !f.is_null());
+    let union = if let Some(c) = given("create_request") {
         let filters = c
             .get("filters")
             .and_then(Value::as_array)
@@ -1114,11 +1133,11 @@ fn watch_req(v: &Value) -> Result<pb::WatchRequest, Status> {
             watch_id: int_of(c, "watch_id")?,
             fragment: bool_of(c, "fragment"),
         })
-    } else if let Some(c) = field("cancel_request") {
+    } else if let Some(c) = given("cancel_request") {
         RequestUnion::CancelRequest(pb::WatchCancelRequest {
             watch_id: int_of(c, "watch_id")?,
         })
-    } else if field("progress_request").is_some() {
+    } else if given("progress_request").is_some() {
         RequestUnion::ProgressRequest(pb::WatchProgressRequest {})
     } else {
         return Err(Status::invalid_argument(
@@ -1673,6 +1692,43 @@ async fn resign(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Re
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn fields_are_read_by_proto_or_camel_case_names() {
+        let v = json!({"range_end": "YQ==", "rangeEnd": "Yg==", "createRevision": "5"});
+        // The proto name first, as grpc-gateway takes it.
+        assert_eq!(bytes_of(&v, "range_end").unwrap().as_ref(), b"a");
+        assert_eq!(int_of(&v, "create_revision").unwrap(), 5);
+        assert_eq!(field(&v, "key"), None);
+        // A txn as Go's jsonpb writes it by default (etcd's e2e curl test sends this).
+        let txn = txn_req(&json!({
+            "compare": [{"key": "Zm9v", "target": "CREATE", "createRevision": "0"}],
+            "success": [{"requestPut": {"key": "Zm9v", "value": "YmFy"}}]
+        }))
+        .unwrap();
+        assert!(matches!(
+            txn.compare[0].target_union,
+            Some(pb::compare::TargetUnion::CreateRevision(0))
+        ));
+        assert!(matches!(
+            &txn.success[0].request,
+            Some(pb::request_op::Request::RequestPut(p)) if p.value.as_ref() == b"bar"
+        ));
+    }
+
+    #[test]
+    fn objects_keep_the_proto_field_order() {
+        let key = leader_key(&electionpb::LeaderKey {
+            name: Bytes::from_static(b"n"),
+            key: Bytes::from_static(b"k"),
+            rev: 2,
+            lease: 3,
+        });
+        assert_eq!(
+            key.to_string(),
+            r#"{"name":"bg==","key":"aw==","rev":"2","lease":"3"}"#
+        );
+    }
 
     #[test]
     fn a_body_must_be_an_object() {
