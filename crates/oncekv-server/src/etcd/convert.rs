@@ -193,28 +193,67 @@ pub fn delete_response(
     }
 }
 
-/// A txn response; nested responses carry the same header, as etcd's do.
+/// A txn response. Its nested responses' headers carry a revision only, as etcd 3.4's
+/// do (its server fills the outer header alone): the revision the op saw or wrote, the
+/// txn's starting revision until one of its ops changed something and the txn's write
+/// revision from then on. A nested txn's own header is empty.
 pub fn txn_response(r: core::TxnResponse, header: Option<pb::ResponseHeader>) -> pb::TxnResponse {
-    use pb::response_op::Response as R;
-    let responses = r
-        .responses
-        .into_iter()
-        .map(|op| pb::ResponseOp {
-            response: Some(match op {
-                core::ResponseOp::Range(x) => R::ResponseRange(range_response(x, header)),
-                core::ResponseOp::Put(x) => R::ResponsePut(put_response(x, header)),
-                core::ResponseOp::DeleteRange(x) => {
-                    R::ResponseDeleteRange(delete_response(x, header))
-                }
-                core::ResponseOp::Txn(x) => R::ResponseTxn(txn_response(x, header)),
-            }),
-        })
-        .collect();
+    let revision = header.map_or(0, |h| h.revision);
+    // A txn that changed something wrote at its starting revision + 1.
+    let begin = if txn_changes(&r) {
+        revision - 1
+    } else {
+        revision
+    };
     pb::TxnResponse {
         header,
         succeeded: r.succeeded,
-        responses,
+        responses: nested_responses(r.responses, begin, &mut false),
     }
+}
+
+/// Whether a txn's ops changed anything (a put always does, a delete that deleted).
+fn txn_changes(r: &core::TxnResponse) -> bool {
+    r.responses.iter().any(|op| match op {
+        core::ResponseOp::Range(_) => false,
+        core::ResponseOp::Put(_) => true,
+        core::ResponseOp::DeleteRange(d) => d.deleted > 0,
+        core::ResponseOp::Txn(t) => txn_changes(t),
+    })
+}
+
+fn nested_responses(
+    ops: Vec<core::ResponseOp>,
+    begin: i64,
+    changed: &mut bool,
+) -> Vec<pb::ResponseOp> {
+    use pb::response_op::Response as R;
+    let at = |changed: bool| {
+        Some(pb::ResponseHeader {
+            revision: begin + i64::from(changed),
+            ..pb::ResponseHeader::default()
+        })
+    };
+    ops.into_iter()
+        .map(|op| pb::ResponseOp {
+            response: Some(match op {
+                core::ResponseOp::Range(x) => R::ResponseRange(range_response(x, at(*changed))),
+                core::ResponseOp::Put(x) => {
+                    *changed = true;
+                    R::ResponsePut(put_response(x, at(true)))
+                }
+                core::ResponseOp::DeleteRange(x) => {
+                    *changed |= x.deleted > 0;
+                    R::ResponseDeleteRange(delete_response(x, at(*changed)))
+                }
+                core::ResponseOp::Txn(x) => R::ResponseTxn(pb::TxnResponse {
+                    header: Some(pb::ResponseHeader::default()),
+                    succeeded: x.succeeded,
+                    responses: nested_responses(x.responses, begin, changed),
+                }),
+            }),
+        })
+        .collect()
 }
 
 /// A history event as etcd's `mvccpb.Event`. A delete's `kv` carries the key and the
@@ -228,5 +267,71 @@ pub fn event(e: Event) -> mvccpb::Event {
         r#type: kind as i32,
         kv: Some(key_value(e.kv)),
         prev_kv: e.prev_kv.map(key_value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revisions(r: &pb::TxnResponse) -> Vec<Option<i64>> {
+        use pb::response_op::Response as R;
+        r.responses
+            .iter()
+            .flat_map(|op| match op.response.as_ref() {
+                Some(R::ResponseRange(x)) => vec![x.header.map(|h| h.revision)],
+                Some(R::ResponsePut(x)) => vec![x.header.map(|h| h.revision)],
+                Some(R::ResponseDeleteRange(x)) => vec![x.header.map(|h| h.revision)],
+                Some(R::ResponseTxn(x)) => {
+                    let mut inner = vec![x.header.map(|h| h.revision)];
+                    inner.extend(revisions(x));
+                    inner
+                }
+                None => vec![None],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nested_headers_carry_the_revision_each_op_saw_as_etcds_do() {
+        use oncekv_core::ResponseOp as Op;
+        let outer = pb::ResponseHeader {
+            cluster_id: 1,
+            member_id: 2,
+            revision: 10,
+            raft_term: 3,
+        };
+        // get, nothing deleted, put, get, nested txn with a get: the put wrote at 10, so
+        // the txn began at 9.
+        let txn = core::TxnResponse {
+            succeeded: true,
+            responses: vec![
+                Op::Range(core::RangeResponse::default()),
+                Op::DeleteRange(core::DeleteRangeResponse::default()),
+                Op::Put(core::PutResponse::default()),
+                Op::Range(core::RangeResponse::default()),
+                Op::Txn(core::TxnResponse {
+                    succeeded: false,
+                    responses: vec![Op::Range(core::RangeResponse::default())],
+                }),
+            ],
+        };
+        let r = txn_response(txn, Some(outer));
+        assert_eq!(r.header, Some(outer));
+        assert_eq!(
+            revisions(&r),
+            [Some(9), Some(9), Some(10), Some(10), Some(0), Some(10)]
+        );
+        let inner = match &r.responses[2].response {
+            Some(pb::response_op::Response::ResponsePut(p)) => p.header,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(inner.map(|h| (h.cluster_id, h.member_id)), Some((0, 0)));
+        // A txn that changed nothing: every op saw the current revision.
+        let read_only = core::TxnResponse {
+            succeeded: true,
+            responses: vec![Op::Range(core::RangeResponse::default())],
+        };
+        assert_eq!(revisions(&txn_response(read_only, Some(outer))), [Some(10)]);
     }
 }
