@@ -28,6 +28,9 @@ pub struct NodeConfig {
     pub more_client_addrs: Vec<SocketAddr>,
     /// Where peers connect (etcd's `--listen-peer-urls`).
     pub peer_addr: SocketAddr,
+    /// More addresses serving peers the same way (the rest of `--listen-peer-urls`),
+    /// bound by [`Node::start_with_listeners`](crate::Node).
+    pub more_peer_addrs: Vec<SocketAddr>,
     /// Every member: name, peer url, client url (may be empty if unknown).
     pub initial_cluster: Vec<Member>,
     /// Whether this member founds a new cluster with `initial_cluster` or joins a running
@@ -155,6 +158,7 @@ impl NodeConfig {
             data_dir: data_dir.into(),
             client_addr,
             more_client_addrs: Vec::new(),
+            more_peer_addrs: Vec::new(),
             peer_addr,
             initial_cluster,
             initial_cluster_state: ClusterState::New,

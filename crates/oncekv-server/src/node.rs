@@ -90,6 +90,13 @@ impl Node {
                 .map_err(|source| StartError::Listen { addr, source })?;
             client_listeners.push(listener);
         }
+        let mut peer_listeners = vec![peer_listener];
+        for &addr in &config.more_peer_addrs {
+            let listener = crate::services::bind(addr)
+                .await
+                .map_err(|source| StartError::Listen { addr, source })?;
+            peer_listeners.push(listener);
+        }
         let core = Node::open(
             config,
             None,
@@ -102,7 +109,7 @@ impl Node {
             (client_addr, peer_addr),
             crate::services::client_incoming(client_listeners, max, client_tls),
             crate::tls::accept(
-                guard(crate::services::incoming(peer_listener), max, "peer"),
+                guard(crate::services::incoming_all(peer_listeners), max, "peer"),
                 peer_tls,
             ),
         ))

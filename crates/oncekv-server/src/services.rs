@@ -67,6 +67,14 @@ pub fn incoming(
     })
 }
 
+/// The connections of every listener in `listeners`, as they come (etcd's
+/// `--listen-client-urls` and `--listen-peer-urls` may each name several).
+pub fn incoming_all(
+    listeners: Vec<TcpListener>,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    futures::stream::select_all(listeners.into_iter().map(|l| Box::pin(incoming(l))))
+}
+
 /// A client connection as the gRPC server reads it.
 pub type ClientConn = crate::authority::SchemeTolerant<
     crate::tls::MaybeTls<crate::conn_guard::Guarded<tokio::net::TcpStream>>,
@@ -86,8 +94,7 @@ pub fn client_incoming(
     tls: Option<Arc<crate::tls::ServerTls>>,
 ) -> impl futures::Stream<Item = std::io::Result<ClientConn>> + Send + 'static {
     use futures::StreamExt;
-    let all = futures::stream::select_all(listeners.into_iter().map(|l| Box::pin(incoming(l))));
-    let guarded = crate::conn_guard::guard(all, max_connections, "client");
+    let guarded = crate::conn_guard::guard(incoming_all(listeners), max_connections, "client");
     crate::tls::accept(guarded, tls).map(|conn| conn.map(crate::authority::SchemeTolerant::new))
 }
 

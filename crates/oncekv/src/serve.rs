@@ -926,13 +926,17 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let client_addrs = parse_listen_urls("listen-client-urls", &args.listen_client_urls)?;
     let client_addr = client_addrs[0];
-    let peer_addr = parse_url(&args.listen_peer_urls)?;
+    let peer_addrs = parse_listen_urls("listen-peer-urls", &args.listen_peer_urls)?;
+    let peer_addr = peer_addrs[0];
     // Without --initial-cluster a member founds a cluster of itself (etcd's default).
     let initial_cluster = args.initial_cluster.clone().unwrap_or_else(|| {
+        // The first listening URL when none is advertised (etcd advertises them all; a
+        // member here has one peer URL).
+        let first_listening = args.listen_peer_urls.split(',').next().unwrap_or_default();
         let peer_url = args
             .initial_advertise_peer_urls
             .as_deref()
-            .unwrap_or(&args.listen_peer_urls);
+            .unwrap_or(first_listening.trim());
         format!("{}={peer_url}", args.name)
     });
     let mut members = parse_initial_cluster(&initial_cluster)?;
@@ -950,6 +954,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
     config.more_client_addrs = client_addrs[1..].to_vec();
+    config.more_peer_addrs = peer_addrs[1..].to_vec();
     // Recorded absolute: the same relative --wal-dir from another working directory is
     // another directory, and must not pass for the one the member was created with.
     config.wal_dir = args

@@ -226,3 +226,43 @@ async fn framed_peer_connections_refuse_strangers_oversized_and_unknown_frames()
     );
     assert!(etcdctl_put(&client), "the member stopped serving");
 }
+
+/// etcd's `--listen-peer-urls` may name several URLs, every one serving peers: here n1
+/// listens on two ports and the cluster knows it by the second, so a two-member cluster
+/// (whose writes need both) forms and writes only if the second port serves peers.
+#[test]
+fn every_listening_peer_url_serves_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c1, first, second) = (
+        common::free_port(),
+        common::free_port(),
+        common::free_port(),
+    );
+    let (c2, p2) = (common::free_port(), common::free_port());
+    let cluster = format!("n1=http://127.0.0.1:{second},n2=http://127.0.0.1:{p2}");
+    let n1 = common::serve_member_with(
+        dir.path(),
+        "n1",
+        (c1, first),
+        &cluster,
+        false,
+        std::process::Stdio::null(),
+        &[
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{first},http://127.0.0.1:{second}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{second}"),
+        ],
+    );
+    let n2 = common::serve_member(
+        dir.path(),
+        "n2",
+        (c2, p2),
+        &cluster,
+        false,
+        std::process::Stdio::null(),
+    );
+    let _members = common::Members(vec![n1, n2]);
+    wait_serving(&format!("127.0.0.1:{c1}"));
+    assert!(etcdctl_put(&format!("127.0.0.1:{c2}")));
+}
