@@ -83,20 +83,22 @@ impl Node {
         };
         let client_tls = server_tls(&config.client_tls, "client")?;
         let peer_tls = server_tls(&config.peer_tls, "peer")?;
-        let mut client_listeners = vec![client_listener];
-        for &addr in &config.more_client_addrs {
-            let listener = crate::services::bind(addr)
-                .await
-                .map_err(|source| StartError::Listen { addr, source })?;
-            client_listeners.push(listener);
+        // `first`, and listeners bound on `more` (the rest of a --listen-*-urls list).
+        async fn with_more(
+            first: TcpListener,
+            more: &[SocketAddr],
+        ) -> Result<Vec<TcpListener>, StartError> {
+            let mut all = vec![first];
+            for &addr in more {
+                let listener = crate::services::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Listen { addr, source })?;
+                all.push(listener);
+            }
+            Ok(all)
         }
-        let mut peer_listeners = vec![peer_listener];
-        for &addr in &config.more_peer_addrs {
-            let listener = crate::services::bind(addr)
-                .await
-                .map_err(|source| StartError::Listen { addr, source })?;
-            peer_listeners.push(listener);
-        }
+        let client_listeners = with_more(client_listener, &config.more_client_addrs).await?;
+        let peer_listeners = with_more(peer_listener, &config.more_peer_addrs).await?;
         let core = Node::open(
             config,
             None,
