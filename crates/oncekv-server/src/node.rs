@@ -582,14 +582,12 @@ async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>
         let settled = !initial && recorded == Some(client_url.clone());
         // The leader's own view is the one its membership entries carry.
         let leading = core.leader() == Some(core.id());
-        if core.leader().is_some() && (settled || (initial && (leading || confirmed))) {
+        // Nothing to propose: the membership the leader has already names this URL.
+        let published = settled || (initial && (leading || confirmed));
+        if core.leader().is_some() && published {
             core.mark_published();
         }
-        if core.leader().is_none()
-            || recorded.is_none()
-            || settled
-            || (initial && (leading || confirmed))
-        {
+        if core.leader().is_none() || recorded.is_none() || published {
             continue;
         }
         match core.publish(client_url.clone()).await {
