@@ -100,6 +100,7 @@ mod lease;
 pub mod lock;
 mod maintenance;
 pub mod options;
+mod relay;
 pub mod responses;
 mod retry;
 mod session;
@@ -118,10 +119,12 @@ pub use options::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, TxnOp,
     WatchOptions,
 };
+pub use relay::{CallKind, RelayError};
 pub use responses::{
     CompactResponse, DeleteResponse, Event, EventType, Header, LeaseGrantResponse,
     LeaseKeepAliveResponse, LeaseRevokeResponse, LeaseTimeToLiveResponse, Member,
     MemberListResponse, PutResponse, RangeResponse, Status, TxnOpResponse, TxnResponse,
     WatchResponse,
 };
+pub use transport::Channel;
 pub use watch::Watcher;

@@ -6,6 +6,7 @@ mod cli;
 mod demo;
 mod dev;
 mod etcd_sources;
+mod grpc_proxy;
 mod serve;
 
 use std::process::ExitCode;
@@ -47,6 +48,9 @@ enum Cmd {
     /// Show exactly-once under lost replies and leader kills, and check it (exits 0 only
     /// if it held), with an etcd-style client for contrast.
     Demo(demo::DemoArgs),
+    /// etcd's gRPC proxy for unchanged etcd clients, relaying every write exactly once
+    /// (`oncekv grpc-proxy start --endpoints ...`).
+    GrpcProxy(grpc_proxy::GrpcProxyArgs),
     #[command(flatten)]
     Client(cli::Command),
 }
@@ -60,7 +64,7 @@ impl Cmd {
             // The demo's own report is the output; raft's complaints about the members it
             // kills on purpose would drown it.
             Cmd::Demo(_) => "error,openraft=off",
-            _ => "warn,oncekv=info,oncekv_server=info",
+            _ => "warn,oncekv=info,oncekv_server=info,oncekv_proxy=info",
         }
     }
 }
@@ -174,6 +178,7 @@ fn main() -> ExitCode {
             Cmd::Dev(args) => server_exit(dev::run(args).await),
             Cmd::Bench(args) => server_exit(bench::run(args).await),
             Cmd::Demo(args) => server_exit(demo::run(args).await),
+            Cmd::GrpcProxy(args) => server_exit(grpc_proxy::run(args).await),
             Cmd::Client(command) => cli::run(cli.client, command).await,
         }
     })

@@ -1,0 +1,35 @@
+//! The two ways a unary call crosses the proxy, as macros so each service method is one
+//! line that says which: `relay!` (through the caller's oncekv client: retried, and
+//! tracked when it writes) and `once!` (one attempt on the current member, for calls that
+//! are neither idempotent nor tracked by the cluster: membership and auth changes).
+
+/// `relay!(self, request, CallKind, "what", StubClient::method)`.
+macro_rules! relay {
+    ($self:ident, $request:ident, $kind:expr, $what:literal, $stub:ident :: $method:ident) => {{
+        let client = $self.up.client_for(&$request)?;
+        let resp = $self
+            .up
+            .call(
+                client,
+                $kind,
+                $what,
+                $request.into_inner(),
+                |ch, r| async move { Ok($stub::new(ch).$method(r).await?.into_inner()) },
+            )
+            .await?;
+        Ok(tonic::Response::new(resp))
+    }};
+}
+
+/// `once!(self, request, StubClient::method)`.
+macro_rules! once {
+    ($self:ident, $request:ident, $stub:ident :: $method:ident) => {{
+        let client = $self.up.client_for(&$request)?;
+        let resp = $stub::new(client.current_channel())
+            .$method($request.into_inner())
+            .await?;
+        Ok(tonic::Response::new(resp.into_inner()))
+    }};
+}
+
+pub(crate) use {once, relay};

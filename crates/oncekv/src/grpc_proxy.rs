@@ -1,0 +1,150 @@
+//! `oncekv grpc-proxy start`: etcd's gRPC proxy command, with every write relayed to the
+//! cluster exactly once (the proxy itself is the `oncekv-proxy` crate).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use oncekv_client::{ClientConfig, ClientTlsOptions};
+use oncekv_proxy::{Proxy, ProxyConfig, ServerTls};
+use tokio::net::TcpListener;
+
+/// `oncekv grpc-proxy <command>`.
+#[derive(Debug, Args)]
+pub struct GrpcProxyArgs {
+    #[command(subcommand)]
+    command: ProxyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ProxyCommand {
+    /// Serve etcd's v3 API to unchanged etcd clients, relaying every write to the
+    /// cluster through an oncekv session so that it applies exactly once.
+    ///
+    /// The leg from the proxy to the cluster is exactly-once: lost replies, leader
+    /// changes and a member's death are retried under the write's own sequence number.
+    /// The leg from the application to the proxy is a plain etcd call: run the proxy
+    /// beside the application (on loopback), where that leg does not lose replies.
+    Start(StartArgs),
+}
+
+/// Flags named as `etcd grpc-proxy start`'s where they mean the same.
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// The cluster's client URLs, comma separated
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:2379")]
+    endpoints: Vec<String>,
+    /// Address to serve clients on (port 0: any free port, printed at start)
+    #[arg(long, default_value = "127.0.0.1:23790")]
+    listen_addr: SocketAddr,
+    /// This proxy's client URL, which MemberList then reports as every member's (so
+    /// clients that sync their endpoints from the member list stay on the proxy)
+    #[arg(long, value_name = "URL")]
+    advertise_client_url: Option<String>,
+    /// A prefix every key lives under on the cluster (KV and Watch), removed in replies
+    #[arg(long, default_value = "")]
+    namespace: String,
+    /// Also serve /metrics and /health on this address (http://HOST:PORT)
+    #[arg(long, value_name = "URL")]
+    metrics_addr: Option<String>,
+    /// Toward the cluster: verify its certificates with this CA bundle
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// Toward the cluster: identify with this certificate (with --key)
+    #[arg(long, value_name = "FILE")]
+    cert: Option<PathBuf>,
+    /// Toward the cluster: the private key of --cert
+    #[arg(long, value_name = "FILE")]
+    key: Option<PathBuf>,
+    /// Toward the cluster: accept any server certificate
+    #[arg(long)]
+    insecure_skip_tls_verify: bool,
+    /// Toward clients: serve TLS with this certificate (with --key-file)
+    #[arg(long, value_name = "FILE")]
+    cert_file: Option<PathBuf>,
+    /// Toward clients: the private key of --cert-file
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Toward clients: require client certificates signed by this CA
+    #[arg(long, value_name = "FILE")]
+    trusted_ca_file: Option<PathBuf>,
+    /// How long the proxy keeps retrying one write (under its sequence number) before it
+    /// answers "request timed out" (outcome unknown), e.g. 30s
+    #[arg(long, default_value = "30s", value_parser = crate::cli::parse_duration)]
+    retry_time: Duration,
+    /// Requests relayed to the cluster at once; more wait for a slot
+    #[arg(long, default_value_t = 10_000)]
+    max_in_flight: usize,
+    /// Accepted for etcd's command lines (log detail is set with ONCEKV_LOG)
+    #[arg(long)]
+    debug: bool,
+}
+
+pub async fn run(args: GrpcProxyArgs) -> Result<(), String> {
+    let ProxyCommand::Start(args) = args.command;
+    let mut config = ProxyConfig::new(args.endpoints.clone());
+    config.client = ClientConfig {
+        max_retry_time: args.retry_time,
+        max_attempts: u32::MAX,
+        ..ClientConfig::default()
+    };
+    let upstream_tls = ClientTlsOptions {
+        ca_file: args.cacert,
+        cert_file: args.cert,
+        key_file: args.key,
+        insecure_skip_verify: args.insecure_skip_tls_verify,
+    };
+    if upstream_tls != ClientTlsOptions::default() {
+        config.client.tls = Some(upstream_tls);
+    }
+    config.namespace = args.namespace;
+    config.advertise_client_url = args.advertise_client_url;
+    config.max_in_flight = args.max_in_flight;
+    config.tls = match (args.cert_file, args.key_file) {
+        (Some(cert_file), Some(key_file)) => Some(ServerTls {
+            cert_file,
+            key_file,
+            trusted_ca_file: args.trusted_ca_file,
+        }),
+        (None, None) if args.trusted_ca_file.is_none() => None,
+        _ => {
+            return Err(
+                "--cert-file and --key-file go together (and --trusted-ca-file needs them)".into(),
+            );
+        }
+    };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let proxy = Proxy::new(config).map_err(|e| e.to_string())?;
+    let listener = TcpListener::bind(args.listen_addr)
+        .await
+        .map_err(|e| format!("grpc-proxy: listening on {}: {e}", args.listen_addr))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("grpc-proxy: {e}"))?;
+    if let Some(url) = &args.metrics_addr {
+        let addr = url
+            .trim_start_matches("http://")
+            .parse::<SocketAddr>()
+            .map_err(|e| format!("--metrics-addr {url}: {e} (give http://HOST:PORT)"))?;
+        let metrics = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("grpc-proxy: --metrics-addr {addr}: {e}"))?;
+        proxy.spawn_http(metrics);
+    }
+    println!(
+        "oncekv grpc-proxy: serving etcd's API on {scheme}://{local} for the cluster at {}",
+        args.endpoints.join(",")
+    );
+    tracing::info!("listening for grpc-proxy client requests on {local}");
+    proxy
+        .serve(listener, async {
+            let _ = crate::stop_requested().await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
