@@ -15,6 +15,7 @@
 //! etcd's field names are kept, so prost's snake-casing gives names such as `ttl`, `id`,
 //! `granted_ttl`, `peer_ur_ls`, `client_ur_ls`, `db_size`, `member_id`.
 
+pub mod authority;
 pub mod codec;
 pub mod detail;
 pub mod metadata;

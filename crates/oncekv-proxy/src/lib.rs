@@ -46,6 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncekv_client::ClientConfig;
+use oncekv_proto::authority::SchemeTolerant;
 use oncekv_proto::etcdserverpb::auth_server::AuthServer;
 use oncekv_proto::etcdserverpb::cluster_server::ClusterServer;
 use oncekv_proto::etcdserverpb::kv_server::KvServer;
@@ -235,7 +236,8 @@ impl Proxy {
 }
 
 /// Accepted connections, through TLS when configured. A handshake runs in a task of its
-/// own, so a client that connects and says nothing holds up no one else.
+/// own, so a client that connects and says nothing holds up no one else. Every connection
+/// takes etcdctl 3.4's URL-shaped `:authority` ([`SchemeTolerant`]), as a member does.
 fn accept(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -256,7 +258,11 @@ fn accept(
             let tx = tx.clone();
             match tls.clone() {
                 None => {
-                    if tx.send(Ok(Conn::new(tcp))).await.is_err() {
+                    if tx
+                        .send(Ok(Conn::new(SchemeTolerant::new(tcp))))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -265,7 +271,7 @@ fn accept(
                         let handshake = acceptor.accept(tcp);
                         match tokio::time::timeout(Duration::from_secs(10), handshake).await {
                             Ok(Ok(stream)) => {
-                                let _ = tx.send(Ok(Conn::new(stream))).await;
+                                let _ = tx.send(Ok(Conn::new(SchemeTolerant::new(stream)))).await;
                             }
                             Ok(Err(e)) => {
                                 tracing::info!(

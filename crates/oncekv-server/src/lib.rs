@@ -20,11 +20,10 @@
 //!   (the corruption check, cluster health).
 //! - [`compactor`]: etcd's auto-compaction, decided by the leader through the log.
 //! - [`etcd`]: the etcd v3 API and oncekv's Session service.
-//! - [`authority`]: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
+//! - `oncekv_proto::authority`: serves clients (etcdctl 3.4's `--cluster`) that put a URL scheme in
 //!   HTTP/2's `:authority`, which h2 refuses.
 
 pub mod auth;
-pub mod authority;
 pub mod backup;
 pub mod compactor;
 pub mod config;

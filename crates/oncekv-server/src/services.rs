@@ -76,13 +76,13 @@ pub fn incoming_all(
 }
 
 /// A client connection as the gRPC server reads it.
-pub type ClientConn = crate::authority::SchemeTolerant<
+pub type ClientConn = oncekv_proto::authority::SchemeTolerant<
     crate::tls::MaybeTls<crate::conn_guard::Guarded<tokio::net::TcpStream>>,
 >;
 
 /// The client port's connections: [`incoming`], bounded by
 /// [`guard`](crate::conn_guard::guard), through TLS when `tls` is given, and each read
-/// through [`SchemeTolerant`](crate::authority::SchemeTolerant) (on the decrypted bytes)
+/// through [`SchemeTolerant`](oncekv_proto::authority::SchemeTolerant) (on the decrypted bytes)
 /// so that etcdctl 3.4's `--cluster` requests (a URL as the HTTP/2 authority) are served
 /// rather than reset.
 ///
@@ -95,7 +95,8 @@ pub fn client_incoming(
 ) -> impl futures::Stream<Item = std::io::Result<ClientConn>> + Send + 'static {
     use futures::StreamExt;
     let guarded = crate::conn_guard::guard(incoming_all(listeners), max_connections, "client");
-    crate::tls::accept(guarded, tls).map(|conn| conn.map(crate::authority::SchemeTolerant::new))
+    crate::tls::accept(guarded, tls)
+        .map(|conn| conn.map(oncekv_proto::authority::SchemeTolerant::new))
 }
 
 /// Resolves once the node is stopping (or gone): what ends a server, and every stream a
