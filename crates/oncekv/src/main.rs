@@ -6,6 +6,7 @@ mod cli;
 mod demo;
 mod dev;
 mod etcd_sources;
+mod fault_proxy;
 mod grpc_proxy;
 mod serve;
 
@@ -51,6 +52,9 @@ enum Cmd {
     /// etcd's gRPC proxy for unchanged etcd clients, relaying every write exactly once
     /// (`oncekv grpc-proxy start --endpoints ...`).
     GrpcProxy(grpc_proxy::GrpcProxyArgs),
+    /// A TCP proxy that drops a share of the replies it relays (a test tool: put it
+    /// between any etcd client and a member to see what lost replies do).
+    FaultProxy(fault_proxy::FaultProxyArgs),
     #[command(flatten)]
     Client(cli::Command),
 }
@@ -179,6 +183,7 @@ fn main() -> ExitCode {
             Cmd::Bench(args) => server_exit(bench::run(args).await),
             Cmd::Demo(args) => server_exit(demo::run(args).await),
             Cmd::GrpcProxy(args) => server_exit(grpc_proxy::run(args).await),
+            Cmd::FaultProxy(args) => server_exit(fault_proxy::run(args).await),
             Cmd::Client(command) => cli::run(cli.client, command).await,
         }
     })
