@@ -25,10 +25,20 @@ macro_rules! relay {
 macro_rules! once {
     ($self:ident, $request:ident, $stub:ident :: $method:ident) => {{
         let client = $self.up.client_for(&$request)?;
-        let resp = $stub::new(client.current_channel())
+        match $stub::new(client.current_channel())
             .$method($request.into_inner())
-            .await?;
-        Ok(tonic::Response::new(resp.into_inner()))
+            .await
+        {
+            Ok(resp) => Ok(tonic::Response::new(resp.into_inner())),
+            Err(status) => {
+                // The caller decides whether to send it again; the next call goes to
+                // another member if this one could not be reached.
+                if status.code() == tonic::Code::Unavailable {
+                    client.endpoint_failed().await;
+                }
+                Err(status)
+            }
+        }
     }};
 }
 
