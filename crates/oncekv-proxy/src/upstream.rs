@@ -16,7 +16,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use oncekv_client::{CallKind, Channel, Client, ClientConfig};
@@ -171,22 +173,61 @@ impl Upstream {
             .await
             .map_err(|_| Status::unavailable("oncekv-proxy: stopping"))?;
         self.metrics.requests.with_label_values(&[what]).inc();
-        let task = tokio::spawn(async move {
+        let call = Detached::new(async move {
             let _permit = permit;
             client.relay(kind, what, req, send).await
         });
-        match task.await {
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => {
+        match call.await {
+            Ok(resp) => Ok(resp),
+            Err(e) => {
                 if e.error.is_outcome_unknown() {
                     self.metrics.outcome_unknown.inc();
                     tracing::warn!("oncekv-proxy: {}", e.error);
                 }
                 Err(e.to_status())
             }
-            Err(e) => Err(Status::internal(format!(
-                "oncekv-proxy: the {what} task failed: {e}"
-            ))),
+        }
+    }
+}
+
+/// A call run in the caller's task while the caller waits, and moved to a task of its
+/// own if the caller stops waiting (the downstream client went away): a write already
+/// sent then still finishes its retries under its seq. Running it in place rather than
+/// spawning it up front saves two task hand-offs per call, which on a loopback hop is
+/// a good part of the proxy's added latency.
+struct Detached<T: Send + 'static> {
+    call: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    fn new(call: impl Future<Output = T> + Send + 'static) -> Detached<T> {
+        Detached {
+            call: Some(Box::pin(call)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(call) = self.call.as_mut() else {
+            return Poll::Pending;
+        };
+        let out = std::task::ready!(call.as_mut().poll(cx));
+        self.call = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            // A box moves without moving the future inside it, so a started call can go
+            // on in a task of its own.
+            tokio::spawn(async move {
+                let _ = call.await;
+            });
         }
     }
 }
