@@ -249,3 +249,36 @@ fn close_in_background(client: Client) {
         let _ = tokio::time::timeout(Duration::from_secs(5), client.close()).await;
     });
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    // The caller gives up after the call started: the call still runs to its end.
+    #[tokio::test]
+    async fn a_dropped_call_runs_on_to_its_end() {
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+        let finished = Arc::new(AtomicBool::new(false));
+        let call = Detached::new({
+            let finished = finished.clone();
+            async move {
+                let _ = wait.await;
+                finished.store(true, Ordering::SeqCst);
+                let _ = done_tx.send(());
+            }
+        });
+        // Started (polled once, waiting), then abandoned.
+        let timed_out = tokio::time::timeout(Duration::from_millis(10), call).await;
+        assert!(timed_out.is_err());
+        assert!(!finished.load(Ordering::SeqCst));
+        go.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), done)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(finished.load(Ordering::SeqCst));
+    }
+}
