@@ -159,7 +159,7 @@ impl Proxy {
             let served = tonic::transport::Server::builder()
                 .accept_http1(true)
                 .add_routes(routes)
-                .serve_with_incoming(accept(listener, None))
+                .serve_with_incoming(accept(listener.into(), None))
                 .await;
             if let Err(e) = served {
                 tracing::error!("oncekv grpc-proxy: the metrics server stopped: {e}");
@@ -171,7 +171,7 @@ impl Proxy {
     /// resolves, then closes the proxy's sessions on the cluster.
     pub async fn serve(
         self,
-        listener: TcpListener,
+        listener: impl Into<Listener>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ProxyError> {
         let up = self.upstream.clone();
@@ -220,7 +220,7 @@ impl Proxy {
             Some(t) => Some(tls_acceptor(t)?),
             None => None,
         };
-        let incoming = accept(listener, tls);
+        let incoming = accept(listener.into(), tls);
         let result = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
@@ -235,17 +235,53 @@ impl Proxy {
     }
 }
 
+/// Where the proxy accepts clients: a TCP address, or a unix socket (for an application
+/// on the same host, the hop that nothing on the network can break).
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl From<TcpListener> for Listener {
+    fn from(l: TcpListener) -> Listener {
+        Listener::Tcp(l)
+    }
+}
+
+impl From<tokio::net::UnixListener> for Listener {
+    fn from(l: tokio::net::UnixListener) -> Listener {
+        Listener::Unix(l)
+    }
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<(Conn, String)> {
+        match self {
+            Listener::Tcp(l) => {
+                let (tcp, peer) = l.accept().await?;
+                let _ = tcp.set_nodelay(true);
+                Ok((Conn::new(tcp), peer.to_string()))
+            }
+            Listener::Unix(l) => {
+                let (unix, _) = l.accept().await?;
+                Ok((Conn::new(unix), "a unix socket client".into()))
+            }
+        }
+    }
+}
+
 /// Accepted connections, through TLS when configured. A handshake runs in a task of its
 /// own, so a client that connects and says nothing holds up no one else. Every connection
 /// takes etcdctl 3.4's URL-shaped `:authority` ([`SchemeTolerant`]), as a member does.
 fn accept(
-    listener: TcpListener,
+    listener: Listener,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> ReceiverStream<std::io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         loop {
-            let (tcp, peer) = match listener.accept().await {
+            let (conn, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
                     // Out of file descriptors and the like: wait, do not spin.
@@ -254,12 +290,11 @@ fn accept(
                     continue;
                 }
             };
-            let _ = tcp.set_nodelay(true);
             let tx = tx.clone();
             match tls.clone() {
                 None => {
                     if tx
-                        .send(Ok(Conn::new(SchemeTolerant::new(tcp))))
+                        .send(Ok(Conn::new(SchemeTolerant::new(conn))))
                         .await
                         .is_err()
                     {
@@ -268,7 +303,7 @@ fn accept(
                 }
                 Some(acceptor) => {
                     tokio::spawn(async move {
-                        let handshake = acceptor.accept(tcp);
+                        let handshake = acceptor.accept(conn);
                         match tokio::time::timeout(Duration::from_secs(10), handshake).await {
                             Ok(Ok(stream)) => {
                                 let _ = tx.send(Ok(Conn::new(SchemeTolerant::new(stream)))).await;

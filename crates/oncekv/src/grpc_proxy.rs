@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use oncekv_client::{ClientConfig, ClientTlsOptions};
-use oncekv_proxy::{Proxy, ProxyConfig, ServerTls};
+use oncekv_proxy::{Listener, Proxy, ProxyConfig, ServerTls};
 use tokio::net::TcpListener;
 
 /// `oncekv grpc-proxy <command>`.
@@ -35,9 +35,11 @@ pub struct StartArgs {
     /// The cluster's client URLs, comma separated
     #[arg(long, value_delimiter = ',', default_value = "127.0.0.1:2379")]
     endpoints: Vec<String>,
-    /// Address to serve clients on (port 0: any free port, printed at start)
+    /// Address to serve clients on: HOST:PORT (port 0: any free port, printed at start),
+    /// or unix:///PATH for a unix socket (clients dial unix:///PATH; etcdctl takes it as
+    /// an endpoint)
     #[arg(long, default_value = "127.0.0.1:23790")]
-    listen_addr: SocketAddr,
+    listen_addr: String,
     /// This proxy's client URL, which MemberList then reports as every member's (so
     /// clients that sync their endpoints from the member list stay on the proxy)
     #[arg(long, value_name = "URL")]
@@ -120,12 +122,35 @@ pub async fn run(args: GrpcProxyArgs) -> Result<(), String> {
         "http"
     };
     let proxy = Proxy::new(config).map_err(|e| e.to_string())?;
-    let listener = TcpListener::bind(args.listen_addr)
-        .await
-        .map_err(|e| format!("grpc-proxy: listening on {}: {e}", args.listen_addr))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| format!("grpc-proxy: {e}"))?;
+    let (listener, local): (Listener, String) = match args
+        .listen_addr
+        .strip_prefix("unix://")
+        .or_else(|| args.listen_addr.strip_prefix("unix:"))
+    {
+        Some(path) => {
+            // A socket file left by an earlier run that was killed would refuse the
+            // bind; a live proxy on it still answers, so only a dead file is removed.
+            if std::os::unix::net::UnixStream::connect(path).is_err() {
+                let _ = std::fs::remove_file(path);
+            }
+            let l = tokio::net::UnixListener::bind(path)
+                .map_err(|e| format!("grpc-proxy: listening on unix socket {path}: {e}"))?;
+            (l.into(), format!("unix://{path}"))
+        }
+        None => {
+            let addr: SocketAddr = args.listen_addr.parse().map_err(|e| {
+                format!(
+                    "--listen-addr {}: {e} (give HOST:PORT or unix:///PATH)",
+                    args.listen_addr
+                )
+            })?;
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("grpc-proxy: listening on {addr}: {e}"))?;
+            let local = l.local_addr().map_err(|e| format!("grpc-proxy: {e}"))?;
+            (l.into(), format!("{scheme}://{local}"))
+        }
+    };
     if let Some(url) = &args.metrics_addr {
         let addr = url
             .trim_start_matches("http://")
@@ -137,7 +162,7 @@ pub async fn run(args: GrpcProxyArgs) -> Result<(), String> {
         proxy.spawn_http(metrics);
     }
     println!(
-        "oncekv grpc-proxy: serving etcd's API on {scheme}://{local} for the cluster at {}",
+        "oncekv grpc-proxy: serving etcd's API on {local} for the cluster at {}",
         args.endpoints.join(",")
     );
     tracing::info!("listening for grpc-proxy client requests on {local}");

@@ -12,7 +12,8 @@
 //! [`SchemeTolerant`] sits between the accepted connection and the HTTP/2 server and
 //! rewrites such an authority in the client-to-server bytes before h2 reads them:
 //! `http://host:port` and `https://host:port` (any case, and anything after a `/`, `?` or
-//! `#` that follows) become `host:port`.
+//! `#` that follows) become `host:port`, and a unix socket's path (what clients dialing
+//! `unix:///PATH` send) becomes `localhost`.
 //!
 //! Cost for a well-formed client: the bytes up to the end of the first HEADERS block are
 //! parsed, that one block is HPACK-decoded (a few microseconds), and from then on the
@@ -509,8 +510,13 @@ fn headers_fragment(flags: u8, payload: &[u8]) -> Option<(Option<[u8; 5]>, &[u8]
 }
 
 /// `host:port` for an authority that starts with `http://` or `https://` (any case),
-/// without anything from a following `/`, `?` or `#` on; `None` for any other value.
+/// without anything from a following `/`, `?` or `#` on; `localhost` for a unix socket's
+/// path (grpc-go clients dialing `unix:///run/x.sock` send the path as the authority);
+/// `None` for any other value.
 fn strip_scheme(value: &[u8]) -> Option<Vec<u8>> {
+    if value.first() == Some(&b'/') {
+        return Some(b"localhost".to_vec());
+    }
     let rest = [&b"http://"[..], &b"https://"[..]]
         .iter()
         .find_map(|scheme| {

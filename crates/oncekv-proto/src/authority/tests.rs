@@ -464,6 +464,10 @@ fn schemes_and_paths_are_stripped() {
     );
     assert_eq!(strip_scheme(b"http://a:1?x#y"), Some(b"a:1".to_vec()));
     assert_eq!(strip_scheme(b"a:1"), None);
+    assert_eq!(
+        strip_scheme(b"/run/oncekv.sock"),
+        Some(b"localhost".to_vec())
+    );
     assert_eq!(strip_scheme(b"http:/"), None);
     assert_eq!(strip_scheme(b"unix://x"), None);
     assert_eq!(strip_scheme(b""), None);
