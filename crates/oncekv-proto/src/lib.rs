@@ -37,6 +37,20 @@ pub mod mvccpb {
     tonic::include_proto!("mvccpb");
 }
 
+/// A key-value as the core keeps it, on the wire (the same six fields).
+impl From<oncekv_core::KeyValue> for mvccpb::KeyValue {
+    fn from(kv: oncekv_core::KeyValue) -> mvccpb::KeyValue {
+        mvccpb::KeyValue {
+            key: kv.key,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            version: kv.version,
+            value: kv.value,
+            lease: kv.lease,
+        }
+    }
+}
+
 /// etcd v3 auth types (`authpb` package).
 #[allow(
     missing_docs,

@@ -301,20 +301,9 @@ pub(crate) fn to_msg(resp: oncekv_client::WatchResponse) -> Msg {
                 EventType::Put => mvccpb::event::EventType::Put as i32,
                 EventType::Delete => mvccpb::event::EventType::Delete as i32,
             },
-            kv: Some(kv(e.kv)),
-            prev_kv: e.prev_kv.map(kv),
+            kv: Some(e.kv.into()),
+            prev_kv: e.prev_kv.map(Into::into),
         })
         .collect();
     Msg::Events { header, events }
-}
-
-fn kv(kv: oncekv_client::KeyValue) -> mvccpb::KeyValue {
-    mvccpb::KeyValue {
-        key: kv.key,
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-        version: kv.version,
-        value: kv.value,
-        lease: kv.lease,
-    }
 }

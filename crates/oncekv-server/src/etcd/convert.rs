@@ -153,14 +153,7 @@ fn request_op(op: pb::RequestOp) -> Result<core::RequestOp, ApiError> {
 }
 
 pub fn key_value(kv: core::KeyValue) -> mvccpb::KeyValue {
-    mvccpb::KeyValue {
-        key: kv.key,
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-        version: kv.version,
-        value: kv.value,
-        lease: kv.lease,
-    }
+    kv.into()
 }
 
 pub fn range_response(
