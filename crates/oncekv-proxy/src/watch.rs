@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use bytes::Bytes;
-use oncekv_client::{Client, Error, Watcher};
+use oncekv_client::{Client, Error};
 use oncekv_proto::etcdserverpb::watch_create_request::FilterType;
 use oncekv_proto::etcdserverpb::watch_request::RequestUnion;
 use oncekv_proto::etcdserverpb::watch_server::Watch;
@@ -31,7 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::namespace::Namespace;
 use crate::upstream::{Upstream, token_of};
 pub(crate) use hub::Hub;
-use hub::{Msg, range_options, to_msg};
+use hub::{Msg, UpstreamWatch, open, range_options, to_msg};
 
 /// Responses queued toward one downstream stream.
 const STREAM_QUEUE: usize = 128;
@@ -86,7 +86,18 @@ struct Running {
 async fn serve_stream(ctx: StreamCtx, mut requests: Streaming<WatchRequest>) {
     let mut watchers: HashMap<i64, Running> = HashMap::new();
     let mut next_id = 0i64;
-    while let Ok(Some(req)) = requests.message().await {
+    loop {
+        let req = match requests.message().await {
+            Ok(Some(req)) => req,
+            // The client closed its side: etcd serves the stream's watchers on until the
+            // client goes away, so one that sends its creates and half-closes (grpcurl, a
+            // finite request iterator) still gets their responses.
+            Ok(None) => {
+                ctx.out.closed().await;
+                break;
+            }
+            Err(_) => break,
+        };
         watchers.retain(|_, w| !w.task.is_finished());
         match req.request_union {
             Some(RequestUnion::CreateRequest(create)) => {
@@ -161,7 +172,7 @@ async fn serve_stream(ctx: StreamCtx, mut requests: Streaming<WatchRequest>) {
 /// Where a watcher's responses come from.
 enum Source {
     Group(broadcast::Receiver<Arc<Msg>>),
-    Own(Watcher),
+    Own(UpstreamWatch),
 }
 
 /// One downstream watcher's filters.
@@ -272,12 +283,12 @@ async fn own_watch(
     key: &Bytes,
     end: &Bytes,
     from: i64,
-) -> Result<(Watcher, ResponseHeader), Error> {
+) -> Result<(UpstreamWatch, ResponseHeader), Error> {
     let mut options = range_options(end).with_prev_kv().with_progress_notify();
     if from > 0 {
         options = options.with_start_revision(from);
     }
-    let w = ctx.client.watch(key.clone(), options).await?;
+    let w = open(&ctx.client, key.clone(), options).await?;
     let mut header = ctx.hub.last_header();
     header.revision = header.revision.max(w.start_revision() - 1);
     Ok((w, header))

@@ -200,3 +200,110 @@ async fn a_namespace_puts_keys_under_its_prefix_and_hides_it() {
     let keys: Vec<_> = all.kvs().iter().map(|kv| kv.key_str().unwrap()).collect();
     assert_eq!(keys, ["a", "b"]);
 }
+
+// Refusals reach an etcd client in etcd's shape. A write under a token the cluster does
+// not know fails with etcd's "invalid auth token" (the proxy's session registration is
+// what the cluster refuses; "request timed out" would make clients retry the same token
+// instead of authenticating again). A watch the user may not read is refused in its
+// `created` response, as etcd refuses it, not created and then canceled. And a client
+// that half-closes its watch stream after its create still gets the watch served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_reach_the_client_in_etcds_shape() {
+    use oncekv_proto::etcdserverpb::auth_client::AuthClient;
+    use oncekv_proto::etcdserverpb::kv_client::KvClient;
+    use oncekv_proto::etcdserverpb::watch_client::WatchClient;
+    use oncekv_proto::etcdserverpb::watch_request::RequestUnion;
+    use oncekv_proto::etcdserverpb::{
+        AuthenticateRequest, PutRequest, WatchCreateRequest, WatchRequest,
+    };
+
+    let cluster = TempCluster::start(1, |_| {}).await;
+    cluster.wait_leader(LEADER_WAIT).await;
+    let (addr, _stop) = start_proxy(cluster.endpoints(), |_| {}).await;
+    let mut admin = etcd(addr).await;
+    admin.user_add("root", "rootpw", None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.user_add("alice", "alicepw", None).await.unwrap();
+    admin.auth_enable().await.unwrap();
+
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    fn with_token<T>(mut r: tonic::Request<T>, token: &str) -> tonic::Request<T> {
+        r.metadata_mut().insert("token", token.parse().unwrap());
+        r
+    }
+    let put = PutRequest {
+        key: "k".into(),
+        value: "v".into(),
+        ..Default::default()
+    };
+    let refused = KvClient::new(channel.clone())
+        .put(with_token(tonic::Request::new(put.clone()), "lol"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code(), refused.message()),
+        (
+            tonic::Code::Unauthenticated,
+            "etcdserver: invalid auth token"
+        )
+    );
+
+    let token = |name: &str, password: &str| {
+        let mut auth = AuthClient::new(channel.clone());
+        let request = AuthenticateRequest {
+            name: name.into(),
+            password: password.into(),
+        };
+        async move { auth.authenticate(request).await.unwrap().into_inner().token }
+    };
+    let create = |key: &'static str| WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            key: key.into(),
+            ..Default::default()
+        })),
+    };
+    // Alice has no role: her watch is refused on creation, with etcd's reason.
+    let alice = token("alice", "alicepw").await;
+    let request = with_token(tonic::Request::new(tokio_stream::once(create("k"))), &alice);
+    let mut stream = WatchClient::new(channel.clone())
+        .watch(request)
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream
+        .message()
+        .await
+        .unwrap()
+        .expect("no created response");
+    assert!(first.created && first.canceled, "{first:?}");
+    assert_eq!(first.cancel_reason, "etcdserver: permission denied");
+
+    // Root's watch on a stream closed after the create is served on.
+    let root = token("root", "rootpw").await;
+    let request = with_token(tonic::Request::new(tokio_stream::once(create("k"))), &root);
+    let mut stream = WatchClient::new(channel.clone())
+        .watch(request)
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream
+        .message()
+        .await
+        .unwrap()
+        .expect("no created response");
+    assert!(first.created && !first.canceled, "{first:?}");
+    KvClient::new(channel.clone())
+        .put(with_token(tonic::Request::new(put), &root))
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("no event on a half-closed watch stream")
+        .unwrap()
+        .expect("the watch stream ended");
+    assert_eq!(event.events.len(), 1);
+}
