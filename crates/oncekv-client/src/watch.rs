@@ -439,7 +439,18 @@ impl WatchTask {
                 answered = true;
                 watch_id = Some(response.watch_id);
             }
-            let step = self.cursor.on_response(response, cancelling.is_some());
+            let step = match self.cursor.on_response(response, cancelling.is_some()) {
+                // Refused at creation (etcd's created-and-canceled, e.g. a user who may
+                // not read the range): `Client::watch` fails with the refusal rather than
+                // return a watcher whose first item is its end.
+                Step::End(e) if first && self.created.is_some() => {
+                    if let Some(created) = self.created.take() {
+                        let _ = created.send(Err(e));
+                    }
+                    return Ended::Done;
+                }
+                step => step,
+            };
             if first {
                 self.set_endpoint(Some(url.clone()));
                 match self.created.take() {

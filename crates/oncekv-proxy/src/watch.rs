@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use bytes::Bytes;
-use oncekv_client::{Client, Error};
+use oncekv_client::{Client, Error, Watcher};
 use oncekv_proto::etcdserverpb::watch_create_request::FilterType;
 use oncekv_proto::etcdserverpb::watch_request::RequestUnion;
 use oncekv_proto::etcdserverpb::watch_server::Watch;
@@ -31,7 +31,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::namespace::Namespace;
 use crate::upstream::{Upstream, token_of};
 pub(crate) use hub::Hub;
-use hub::{Msg, UpstreamWatch, open, range_options, to_msg};
+use hub::{Msg, range_options, to_msg};
 
 /// Responses queued toward one downstream stream.
 const STREAM_QUEUE: usize = 128;
@@ -172,7 +172,7 @@ async fn serve_stream(ctx: StreamCtx, mut requests: Streaming<WatchRequest>) {
 /// Where a watcher's responses come from.
 enum Source {
     Group(broadcast::Receiver<Arc<Msg>>),
-    Own(UpstreamWatch),
+    Own(Watcher),
 }
 
 /// One downstream watcher's filters.
@@ -283,12 +283,12 @@ async fn own_watch(
     key: &Bytes,
     end: &Bytes,
     from: i64,
-) -> Result<(UpstreamWatch, ResponseHeader), Error> {
+) -> Result<(Watcher, ResponseHeader), Error> {
     let mut options = range_options(end).with_prev_kv().with_progress_notify();
     if from > 0 {
         options = options.with_start_revision(from);
     }
-    let w = open(&ctx.client, key.clone(), options).await?;
+    let w = ctx.client.watch(key.clone(), options).await?;
     let mut header = ctx.hub.last_header();
     header.revision = header.revision.max(w.start_revision() - 1);
     Ok((w, header))

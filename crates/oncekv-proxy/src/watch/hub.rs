@@ -24,8 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::FutureExt;
-use oncekv_client::{Client, Error, EventType, WatchOptions, WatchResponse, Watcher};
+use oncekv_client::{Client, Error, EventType, WatchOptions};
 use oncekv_proto::etcdserverpb::ResponseHeader;
 use oncekv_proto::mvccpb;
 use tokio::sync::{broadcast, watch};
@@ -189,55 +188,6 @@ impl Hub {
     }
 }
 
-/// A watch on the cluster, opened by [`open`].
-#[derive(Debug)]
-pub(crate) struct UpstreamWatch {
-    watcher: Watcher,
-    /// What `open` took from the watcher to look at, handed out first by `next`.
-    first: Option<Option<Result<WatchResponse, Error>>>,
-}
-
-impl UpstreamWatch {
-    pub(crate) async fn next(&mut self) -> Option<Result<WatchResponse, Error>> {
-        match self.first.take() {
-            Some(first) => first,
-            None => self.watcher.next().await,
-        }
-    }
-
-    pub(crate) fn start_revision(&self) -> i64 {
-        self.watcher.start_revision()
-    }
-
-    pub(crate) async fn cancel(self) {
-        self.watcher.cancel().await;
-    }
-}
-
-/// Opens a watch on the cluster, failing when the member refused it on creation.
-///
-/// A member refuses a watch the user may not read with a `created` response that is also
-/// canceled (etcd's shape). oncekv's client returns the watcher for it and hands over the
-/// refusal as its first item; but a downstream etcd client must get the refusal in its
-/// own `created` response (the Node client then rejects the watch with etcd's permission
-/// error; given a plain `created` first, clientv3 takes the later cancel for the end of a
-/// live watch and drops its reason). The client's watch task queues the refusal in the
-/// same turn as it reports the creation, so after one yield it is there to take without
-/// waiting; anything else taken goes back to the caller first.
-pub(crate) async fn open(
-    client: &Client,
-    key: Bytes,
-    options: WatchOptions,
-) -> Result<UpstreamWatch, Error> {
-    let mut watcher = client.watch(key, options).await?;
-    tokio::task::yield_now().await;
-    let first = match watcher.next().now_or_never() {
-        Some(Some(Err(e @ Error::WatchCanceled { .. }))) => return Err(e),
-        first => first,
-    };
-    Ok(UpstreamWatch { watcher, first })
-}
-
 /// Why a watch ended, as etcd's `cancel_reason` (the member's own words for a refusal).
 pub(crate) fn reason(e: Error) -> String {
     match e {
@@ -263,7 +213,7 @@ async fn run_group(
     started: watch::Sender<Option<Result<(), String>>>,
 ) {
     let options = range_options(&key.2).with_prev_kv().with_progress_notify();
-    let mut watcher = match open(&client, key.1.clone(), options).await {
+    let mut watcher = match client.watch(key.1.clone(), options).await {
         Ok(w) => w,
         Err(e) => {
             if let Some(hub) = hub.upgrade() {

@@ -107,7 +107,10 @@ fn canceled(reason: &str) -> CliError {
 /// budget.
 async fn follow(client: &Client, p: &Printer, args: &WatchArgs) -> Result<(), CliError> {
     let key = args.key();
-    let mut watcher = client.watch(key.clone(), args.options()).await?;
+    let mut watcher = client
+        .watch(key.clone(), args.options())
+        .await
+        .map_err(|e| ended_by(e, p))?;
     loop {
         let Some(e) = print_until_end(&mut watcher, p).await? else {
             return Ok(());
