@@ -32,6 +32,8 @@ def _parse(argv):
     p.add_argument("--timeout", type=float, default=2.0,
                    help="seconds one attempt waits (plain: the etcd3 call timeout; tracked: "
                         "the first attempt's timeout, later ones double it)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print each error (retried, unknown, failed) to stderr")
     p.add_argument("--budget", type=float, default=30.0,
                    help="tracked mode: seconds the interceptor retries one put before it "
                         "reports its outcome unknown")
@@ -42,7 +44,12 @@ def _client(args):
     host, _, port = args.endpoint.rpartition(":")
     if args.mode == "plain":
         import etcd3
-        return etcd3.client(host=host, port=int(port), timeout=args.timeout)
+        client = etcd3.client(host=host, port=int(port), timeout=args.timeout)
+        # As oncekv.client does (see SessionChannel): keep grpcio's reconnects driven, or
+        # after a member's restart this channel would fail every call for minutes, and the
+        # two modes would not meet the same network.
+        client.channel.subscribe(lambda _state: None, try_to_connect=True)
+        return client
     import oncekv
     return oncekv.client(host=host, port=int(port), attempt_timeout=args.timeout,
                          max_attempt_timeout=max(args.timeout, 8.0), budget=args.budget)
@@ -59,6 +66,15 @@ def run(args):
         with lock:
             counts[field] += n
 
+    def say(key, i, attempt, what, error):
+        if args.verbose:
+            detail = error
+            if hasattr(error, "code") and callable(error.code):
+                detail = "%s: %s" % (error.code(), error.details())
+            print("%.3f %s put %d try %d: %s: %s: %s" % (time.time(), key, i, attempt + 1, what,
+                                                        type(error).__name__, detail),
+                  file=sys.stderr, flush=True)
+
     def writer(key):
         for i in range(args.puts):
             value = "%s-%d" % (key, i)
@@ -70,11 +86,13 @@ def run(args):
                     client.put(key, value)
                     count("acked")
                     break
-                except OutcomeUnknown:
+                except OutcomeUnknown as e:
                     # The put may have run: resending it could make it run twice.
+                    say(key, i, attempt, "unknown", e)
                     count("unknown")
                     break
-                except Exception:  # noqa: BLE001 -- any etcd3 or grpc error: a naive user retries
+                except Exception as e:  # noqa: BLE001 -- any etcd3 or grpc error: a naive user retries
+                    say(key, i, attempt, "failed" if attempt == MAX_TRIES - 1 else "retry", e)
                     continue
             else:
                 count("failed")
@@ -85,6 +103,9 @@ def run(args):
         t.start()
     for t in threads:
         t.join()
+    if args.mode == "tracked":
+        # The interceptor's own retries (same seq), which the loop above never sees.
+        counts["interceptor"] = client.session.stats.snapshot()
     client.close()
     counts["puts_attempted"] = args.keys * args.puts
     counts["mode"] = args.mode

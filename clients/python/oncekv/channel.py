@@ -17,6 +17,13 @@ class SessionChannel(grpc.Channel):
         self.session = SessionInterceptor(channel, **options)
         self._raw = channel
         self._channel = grpc.intercept_channel(channel, self.session)
+        # Keep the channel's connection attempts driven. grpcio's core only advances a
+        # pending connect while some thread polls for it; once the channel is in
+        # TRANSIENT_FAILURE, calls fail fast without polling, so a retry loop like ours
+        # never lets a reconnect complete: each attempt sits until the 20 s connect
+        # timeout, again and again, long after the member is back. A connectivity
+        # subscriber makes grpcio poll in a thread of its own (every 0.2 s).
+        channel.subscribe(_ignore_state, try_to_connect=True)
 
     def subscribe(self, callback, try_to_connect=False):
         self._channel.subscribe(callback, try_to_connect=try_to_connect)
@@ -39,6 +46,7 @@ class SessionChannel(grpc.Channel):
 
     def close(self):
         self.session.close()
+        self._raw.unsubscribe(_ignore_state)
         self._channel.close()
 
     def __enter__(self):
@@ -47,6 +55,10 @@ class SessionChannel(grpc.Channel):
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _ignore_state(_state):
+    pass
 
 
 def intercept(channel, **options):

@@ -101,9 +101,9 @@ class LossyProxy:
     `on_swallow` (optional) runs after the reply was dropped and before the close.
     """
 
-    def __init__(self, upstream):
+    def __init__(self, upstream, port=0):
         self.upstream = upstream
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server(("127.0.0.1", port))
         self.port = self.listener.getsockname()[1]
         self.lock = threading.Lock()
         self.armed = False

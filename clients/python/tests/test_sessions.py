@@ -7,6 +7,7 @@ cluster answers from its saved response.
 """
 
 import random
+import socket
 import threading
 import time
 import uuid
@@ -20,7 +21,7 @@ import pytest
 import oncekv
 from oncekv import _wire
 
-from conftest import SESSION_TTL, SESSION_WINDOW
+from conftest import SESSION_TTL, SESSION_WINDOW, LossyProxy
 
 HOST = "127.0.0.1"
 
@@ -165,6 +166,38 @@ def test_session_gone_before_a_write_is_sent_is_replaced_silently(endpoint):
         assert read(endpoint, key) == (b"v2", 2)
     finally:
         c.close()
+
+
+def test_an_address_that_refused_is_reached_once_it_answers(endpoint):
+    # grpcio completes a reconnect only while some thread polls for it, and once its
+    # channel has failed, calls fail fast and poll nothing: a retry loop alone would wait
+    # out 20 s connect timeouts, over and over, long after the member is back (seen when a
+    # member was killed for 3 s under a writer). SessionChannel keeps the connects driven.
+    spare = socket.socket()
+    spare.bind((HOST, 0))
+    port = spare.getsockname()[1]
+    spare.close()  # nothing listens there now: connects are refused
+    back = []
+
+    def come_back():
+        time.sleep(2)
+        back.append(LossyProxy(endpoint, port=port))
+
+    c = oncekv.client(HOST, port, attempt_timeout=0.5, budget=30)
+    t = threading.Thread(target=come_back)
+    t.start()
+    try:
+        key = new_key("back")
+        start = time.monotonic()
+        c.put(key, "v1")  # registers, then puts: both retried until the address answers
+        took = time.monotonic() - start
+        assert read(endpoint, key) == (b"v1", 1)
+        assert took < 12, "the put took %.1f s after a 2 s outage" % took
+    finally:
+        t.join()
+        c.close()
+        for p in back:
+            p.close()
 
 
 def test_keepalive_holds_the_session_past_its_ttl(endpoint):
