@@ -78,9 +78,22 @@ pub struct StartArgs {
     /// Requests relayed to the cluster at once; more wait for a slot
     #[arg(long, default_value_t = 10_000)]
     max_in_flight: usize,
+    /// Threads that relay requests. One thread answers a lone client fastest (no hand-off
+    /// between threads) and relays some 20,000 puts a second (README, "The grpc-proxy's
+    /// cost"); give more to a proxy that many busy clients share
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: u16,
     /// Accepted for etcd's command lines (log detail is set with ONCEKV_LOG)
     #[arg(long)]
     debug: bool,
+}
+
+impl GrpcProxyArgs {
+    /// The runtime's worker threads (`--worker-threads`).
+    pub fn worker_threads(&self) -> usize {
+        let ProxyCommand::Start(start) = &self.command;
+        usize::from(start.worker_threads)
+    }
 }
 
 pub async fn run(args: GrpcProxyArgs) -> Result<(), String> {

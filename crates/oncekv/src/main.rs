@@ -169,7 +169,7 @@ fn main() -> ExitCode {
     for line in &notes.warnings {
         tracing::warn!("{line}");
     }
-    let runtime = match runtime_builder().build() {
+    let runtime = match runtime_builder(&cli.command).build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("oncekv: cannot start the async runtime: {e}");
@@ -199,9 +199,16 @@ fn main() -> ExitCode {
 /// one write (0.1 per put) and the server spends 10 to 15 % less CPU per request (benches
 /// README, "The LIFO slot"). The switch needs `--cfg tokio_unstable`, which the
 /// workspace's `.cargo/config.toml` sets; a build without it keeps tokio's default.
-fn runtime_builder() -> tokio::runtime::Builder {
+///
+/// `grpc-proxy` runs on as many worker threads as its `--worker-threads` asks (1 by
+/// default): a relayed call passes between four tasks, and on one thread those hand-offs
+/// need no cross-thread wake-up (README, "The grpc-proxy's cost").
+fn runtime_builder(command: &Cmd) -> tokio::runtime::Builder {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
+    if let Cmd::GrpcProxy(args) = command {
+        builder.worker_threads(args.worker_threads());
+    }
     #[cfg(tokio_unstable)]
     builder.disable_lifo_slot();
     builder
