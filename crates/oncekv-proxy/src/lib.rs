@@ -20,17 +20,18 @@
 //! # Layers
 //!
 //! Dependencies run downward only:
-//! 1. **The cluster side** ([`upstream`]): one [`oncekv_client::Client`] per downstream
+//! 1. **The cluster side** ([`upstream`], counting what it does in [`metrics`]): one [`oncekv_client::Client`] per downstream
 //!    auth token (the caller's rights, never the proxy's), every relayed call in a task of
 //!    its own within an in-flight bound.
 //! 2. **Sharing** ([`watch::Hub`], the lease renewals in [`lease`]): coalesced watches
 //!    and keep-alives, as etcd's proxy coalesces them.
 //! 3. **The etcd services** ([`kv`], [`lease`], [`watch`], [`concurrency`],
 //!    [`passthrough`]), [`namespace`] for `--namespace`, and the HTTP routes
-//!    ([`metrics`]).
+//!    ([`http`]).
 //! 4. **Serving** (this file): listeners, TLS toward downstream clients, shutdown.
 
 mod concurrency;
+mod http;
 mod kv;
 mod lease;
 mod metrics;
@@ -154,7 +155,7 @@ impl Proxy {
     /// Serves the HTTP routes alone (`/metrics`, `/health`) on `listener`, in the
     /// background (`--metrics-addr`).
     pub fn spawn_http(&self, listener: TcpListener) {
-        let routes = tonic::service::Routes::from(metrics::routes(self.upstream.clone()));
+        let routes = tonic::service::Routes::from(http::routes(self.upstream.clone()));
         tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
                 .accept_http1(true)
@@ -215,7 +216,7 @@ impl Proxy {
         let routes = grpc
             .routes()
             .into_axum_router()
-            .merge(metrics::routes(up.clone()));
+            .merge(http::routes(up.clone()));
         let tls = match &self.config.tls {
             Some(t) => Some(tls_acceptor(t)?),
             None => None,
