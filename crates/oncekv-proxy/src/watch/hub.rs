@@ -33,8 +33,10 @@ use crate::metrics::Metrics;
 
 /// Responses a group keeps for its slowest watcher. A watcher further behind leaves the
 /// group and catches up on a watch of its own (see `watch.rs`), so a slow reader costs
-/// the cluster one watch, never the proxy unbounded memory.
-const GROUP_BUFFER: usize = 1024;
+/// the cluster one watch, never the proxy unbounded memory. The ring holds its last this
+/// many responses whether or not anyone still needs them, so it is what a busy group
+/// costs in memory: small, since falling behind it is cheap.
+const GROUP_BUFFER: usize = 128;
 /// How often a group with no watchers left checks whether it may end.
 const IDLE_CHECK: Duration = Duration::from_millis(500);
 
