@@ -241,6 +241,15 @@ impl tokio_stream::Stream for Watcher {
     }
 }
 
+/// The Watch stub without tonic's 4 MiB default limit on a received message: a response
+/// holds whole revisions (a member sends up to 4 MiB of keys and values per response,
+/// and one revision may hold more), and with `prev_kv` each event carries two values.
+/// etcd's Go client sets no limit either (`MaxCallRecvMsgSize` defaults to `MaxInt32`);
+/// the member bounds what it sends.
+fn watch_client(channel: crate::transport::Channel) -> WatchClient<crate::transport::Channel> {
+    WatchClient::new(channel).max_decoding_message_size(usize::MAX)
+}
+
 /// How one stream to one member ended.
 #[derive(Debug)]
 enum Ended {
@@ -341,7 +350,7 @@ impl WatchTask {
             );
         }
         let opened =
-            tokio::time::timeout_at(deadline, WatchClient::new(channel).watch(request)).await;
+            tokio::time::timeout_at(deadline, watch_client(channel).watch(request)).await;
         let timeout = || Error::Timeout {
             endpoint: url.clone(),
             after: attempt_timeout,

@@ -263,11 +263,11 @@ async fn serve_watcher(ctx: StreamCtx, id: i64, create: WatchCreateRequest, sent
                 None => return,
             }),
         };
-        let (resp, done) = respond(&ctx.ns, id, &filter, &msg, &sent);
-        if let Some(resp) = resp
-            && ctx.out.send(Ok(resp)).await.is_err()
-        {
-            break;
+        let (responses, done) = respond(&ctx.ns, id, &filter, &msg, &sent);
+        for resp in responses {
+            if ctx.out.send(Ok(resp)).await.is_err() {
+                return;
+            }
         }
         if done {
             break;
@@ -331,7 +331,7 @@ fn respond(
     f: &Filter,
     msg: &Msg,
     sent: &AtomicI64,
-) -> (Option<WatchResponse>, bool) {
+) -> (Vec<WatchResponse>, bool) {
     match msg {
         Msg::Events { header, events } => {
             let put = mvccpb::event::EventType::Put as i32;
@@ -353,16 +353,16 @@ fn respond(
             if let Some(rev) = last {
                 sent.fetch_max(rev, Ordering::Relaxed);
             }
-            if events.is_empty() {
-                return (None, false);
-            }
-            let resp = WatchResponse {
-                header: Some(*header),
-                watch_id: id,
-                events,
-                ..Default::default()
-            };
-            (Some(resp), false)
+            let responses = split_by_revision(events)
+                .into_iter()
+                .map(|events| WatchResponse {
+                    header: Some(*header),
+                    watch_id: id,
+                    events,
+                    ..Default::default()
+                })
+                .collect();
+            (responses, false)
         }
         Msg::Progress { header } => {
             if header.revision >= f.from - 1 {
@@ -373,29 +373,65 @@ fn respond(
                 watch_id: id,
                 ..Default::default()
             });
-            (resp, false)
+            (resp.into_iter().collect(), false)
         }
         Msg::Compacted(rev) => (
-            Some(WatchResponse {
+            vec![WatchResponse {
                 header: Some(ResponseHeader::default()),
                 watch_id: id,
                 canceled: true,
                 compact_revision: *rev,
                 ..Default::default()
-            }),
+            }],
             true,
         ),
         Msg::Failed(reason) => (
-            Some(WatchResponse {
+            vec![WatchResponse {
                 header: None,
                 watch_id: id,
                 canceled: true,
                 cancel_reason: reason.clone(),
                 ..Default::default()
-            }),
+            }],
             true,
         ),
     }
+}
+
+/// What one response to a downstream watcher carries at most, in keys and values,
+/// before the next revision starts a new response. A member's catch-up batch can hold
+/// 4 MiB of values and their previous values besides; clients cap what they receive (4
+/// MiB by default in tonic-based ones), so the proxy hands a batch on in pieces, each
+/// of whole revisions (a revision larger than this goes whole, as a member sends it).
+const RESPONSE_BYTES: usize = 1 << 20;
+
+/// `events` (in revision order) as the events of successive responses: whole
+/// revisions each, cut once one holds [`RESPONSE_BYTES`]. Empty in, nothing out.
+fn split_by_revision(events: Vec<mvccpb::Event>) -> Vec<Vec<mvccpb::Event>> {
+    let size = |e: &mvccpb::Event| {
+        let kv = |kv: &Option<mvccpb::KeyValue>| {
+            kv.as_ref().map_or(0, |kv| kv.key.len() + kv.value.len())
+        };
+        kv(&e.kv) + kv(&e.prev_kv)
+    };
+    let revision = |e: &mvccpb::Event| e.kv.as_ref().map_or(0, |kv| kv.mod_revision);
+    let mut out: Vec<Vec<mvccpb::Event>> = Vec::new();
+    let mut bytes = 0;
+    for e in events {
+        let same_revision = out
+            .last()
+            .and_then(|chunk| chunk.last())
+            .is_some_and(|last| revision(last) == revision(&e));
+        if out.is_empty() || (bytes >= RESPONSE_BYTES && !same_revision) {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size(&e);
+        if let Some(chunk) = out.last_mut() {
+            chunk.push(e);
+        }
+    }
+    out
 }
 
 /// One unit of a gauge, held while something lives: counted up when made, down when
@@ -412,5 +448,46 @@ impl Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(revision: i64, value_len: usize) -> mvccpb::Event {
+        mvccpb::Event {
+            kv: Some(mvccpb::KeyValue {
+                key: Bytes::from_static(b"k"),
+                mod_revision: revision,
+                value: Bytes::from(vec![b'v'; value_len]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_large_batch_is_split_between_revisions_only() {
+        assert!(split_by_revision(Vec::new()).is_empty());
+        let half = RESPONSE_BYTES / 2;
+        // Revision 2 has two events; the cut may not fall between them.
+        let events = vec![
+            put(1, half),
+            put(2, half),
+            put(2, half),
+            put(3, 10),
+            put(4, 10),
+        ];
+        let chunks = split_by_revision(events);
+        let revisions: Vec<Vec<i64>> = chunks
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .map(|e| e.kv.as_ref().map_or(0, |kv| kv.mod_revision))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(revisions, vec![vec![1, 2, 2], vec![3, 4]]);
     }
 }

@@ -178,6 +178,69 @@ async fn watchers_on_the_same_key_share_one_upstream_watch() {
     drop(streams);
 }
 
+// A watcher that reads nothing while 600 puts go by falls out of its group's buffer and
+// goes on with a watch of its own from the first revision it had not been sent: when it
+// reads at last it gets every put once, in order, while its group-mate read live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_falls_behind_its_group_still_gets_every_revision_once() {
+    let cluster = TempCluster::start(1, |_| {}).await;
+    cluster.wait_leader(LEADER_WAIT).await;
+    let (addr, _stop) = start_proxy(cluster.endpoints(), |_| {}).await;
+    let mut slow_client = etcd(addr).await;
+    let mut slow = slow_client
+        .watch("lag/", Some(WatchOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let mut live_client = etcd(addr).await;
+    let mut live = live_client
+        .watch("lag/", Some(WatchOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    // Both created (the first response of each).
+    assert!(slow.message().await.unwrap().unwrap().created());
+    assert!(live.message().await.unwrap().unwrap().created());
+    assert_eq!(metric(addr, "oncekv_proxy_upstream_watches").await, 1);
+    let mut writer = etcd(addr).await;
+    const PUTS: usize = 600;
+    // 9.6 MB in all: more than the HTTP/2 window, the stream queue and the group's
+    // ring hold between them.
+    let value = vec![b'v'; 16 * 1024];
+    let reader = tokio::spawn(async move {
+        let mut n = 0;
+        while n < PUTS {
+            n += live.message().await.unwrap().unwrap().events().len();
+        }
+        n
+    });
+    for i in 0..PUTS {
+        writer
+            .put(format!("lag/{i:04}"), value.clone(), None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(reader.await.unwrap(), PUTS);
+    let mut keys = Vec::new();
+    while keys.len() < PUTS {
+        let resp = tokio::time::timeout(Duration::from_secs(20), slow.message())
+            .await
+            .expect("the slow watcher never caught up")
+            .unwrap()
+            .unwrap();
+        keys.extend(
+            resp.events()
+                .iter()
+                .map(|e| e.kv().unwrap().key_str().unwrap().to_string()),
+        );
+    }
+    let want: Vec<String> = (0..PUTS).map(|i| format!("lag/{i:04}")).collect();
+    assert_eq!(
+        keys, want,
+        "the slow watcher missed, repeated or reordered a put"
+    );
+    // It left the group for a watch of its own.
+    assert_eq!(metric(addr, "oncekv_proxy_upstream_watches").await, 2);
+}
+
 // --namespace: keys live under the prefix on the cluster and come back without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_puts_keys_under_its_prefix_and_hides_it() {
