@@ -739,6 +739,22 @@ async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) 
         };
         if leader != last_seen {
             core.node_metrics().leader_changed();
+            // etcd's words for the same moments (raft.node at INFO).
+            match (last_seen, leader) {
+                (_, Some(l)) => {
+                    tracing::info!(
+                        "raft.node: {:x} elected leader {l:x} at term {term}",
+                        core.id()
+                    )
+                }
+                (Some(old), None) => {
+                    tracing::info!(
+                        "raft.node: {:x} lost leader {old:x} at term {term}",
+                        core.id()
+                    )
+                }
+                (None, None) => {}
+            }
             last_seen = leader;
         }
         let is_leader = leader == Some(core.id());

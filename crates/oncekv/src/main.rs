@@ -8,6 +8,7 @@ mod dev;
 mod etcd_sources;
 mod fault_proxy;
 mod grpc_proxy;
+mod log_filter;
 mod serve;
 
 use std::process::ExitCode;
@@ -121,13 +122,19 @@ fn init_logging(command: &Cmd) -> Result<(), String> {
             BoxMakeWriter::new(std::sync::Mutex::new(file))
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    tracing_subscriber::registry()
+        .with(
             tracing_subscriber::EnvFilter::try_from_env("ONCEKV_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
         )
-        .with_writer(writer)
-        .with_ansi(ansi)
+        .with(log_filter::QuietElections)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(writer)
+                .with_ansi(ansi),
+        )
         .init();
     Ok(())
 }
