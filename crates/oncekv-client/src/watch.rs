@@ -349,8 +349,7 @@ impl WatchTask {
                 ),
             );
         }
-        let opened =
-            tokio::time::timeout_at(deadline, watch_client(channel).watch(request)).await;
+        let opened = tokio::time::timeout_at(deadline, watch_client(channel).watch(request)).await;
         let timeout = || Error::Timeout {
             endpoint: url.clone(),
             after: attempt_timeout,
