@@ -45,11 +45,19 @@ impl RelayError {
     /// one. Otherwise etcd's "request timed out" (Unavailable), which is what an etcd
     /// member answers when it cannot tell whether a write was applied, so an etcd client
     /// treats it as it would etcd's.
+    ///
+    /// A write's session registration, which goes first under the same token, is refused
+    /// without a status of the relayed request's own (a token that is invalid or stale, a
+    /// user who may not register). Such a refusal gets etcd's code for its message: as
+    /// "request timed out" an etcd client would retry with the same token, where etcd's
+    /// "invalid auth token" makes it authenticate again.
     pub fn to_status(&self) -> Status {
         if let Some(status) = &self.answer {
             return status.clone();
         }
         match &self.error {
+            Error::Auth(m) => Status::new(auth_code(m), m.clone()),
+            Error::PermissionDenied(m) => Status::permission_denied(m.clone()),
             Error::InvalidArgument(m) => Status::invalid_argument(m.clone()),
             Error::Rejected { code, message } => Status::new(*code, message.clone()),
             Error::Internal(m) => Status::internal(m.clone()),
@@ -58,6 +66,27 @@ impl RelayError {
             }
             _ => Status::unavailable("etcdserver: request timed out"),
         }
+    }
+}
+
+/// etcd's gRPC code for one of its auth refusals (its `rpctypes`), by the message.
+fn auth_code(message: &str) -> Code {
+    use oncekv_core::AuthError as A;
+    let is = |a: A| message == a.to_string();
+    if is(A::InvalidAuthToken) {
+        Code::Unauthenticated
+    } else if [
+        A::UserEmpty,
+        A::RoleEmpty,
+        A::AuthFailed,
+        A::AuthOldRevision,
+    ]
+    .into_iter()
+    .any(is)
+    {
+        Code::InvalidArgument
+    } else {
+        Code::FailedPrecondition
     }
 }
 

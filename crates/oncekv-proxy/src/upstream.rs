@@ -21,10 +21,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use oncekv_client::{CallKind, Channel, Client, ClientConfig, Error, RelayError};
+use oncekv_client::{CallKind, Channel, Client, ClientConfig};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use tonic::{Code, Request, Status};
+use tonic::{Request, Status};
 
 use crate::metrics::Metrics;
 
@@ -185,49 +185,10 @@ impl Upstream {
                     tracing::warn!("oncekv-proxy: {}", e.error);
                 }
                 tracing::debug!(what, error = %e.error, "oncekv-proxy: relayed call failed");
-                Err(status_of(&e))
+                Err(e.to_status())
             }
         }
     }
-}
-
-/// The status a downstream client gets for a relayed call that failed.
-///
-/// `RelayError::to_status` passes on the cluster's own status when the relayed request
-/// itself was refused. A write's session registration, which goes first under the same
-/// token, is refused without one: a token that is invalid or stale, or whose user may not
-/// register. That must not come out as "request timed out": etcd clients retry that as it
-/// is, where etcd's "invalid auth token" makes them authenticate again (the Node client
-/// does; so does clientv3 for a stale token). So an auth refusal gets etcd's own code.
-fn status_of(e: &RelayError) -> Status {
-    use oncekv_core::AuthError as A;
-    if e.answer.is_none() {
-        match &e.error {
-            Error::Auth(m) => {
-                // etcd's codes for its auth errors (rpctypes), as a member sends them.
-                let is = |a: A| *m == a.to_string();
-                let code = if is(A::InvalidAuthToken) {
-                    Code::Unauthenticated
-                } else if [
-                    A::UserEmpty,
-                    A::RoleEmpty,
-                    A::AuthFailed,
-                    A::AuthOldRevision,
-                ]
-                .into_iter()
-                .any(is)
-                {
-                    Code::InvalidArgument
-                } else {
-                    Code::FailedPrecondition
-                };
-                return Status::new(code, m.clone());
-            }
-            Error::PermissionDenied(m) => return Status::permission_denied(m.clone()),
-            _ => {}
-        }
-    }
-    e.to_status()
 }
 
 /// A call run in the caller's task while the caller waits, and moved to a task of its
