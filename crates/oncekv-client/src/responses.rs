@@ -29,14 +29,7 @@ impl From<Option<pb::ResponseHeader>> for Header {
 }
 
 pub(crate) fn key_value(kv: mvccpb::KeyValue) -> KeyValue {
-    KeyValue {
-        key: kv.key,
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-        version: kv.version,
-        value: kv.value,
-        lease: kv.lease,
-    }
+    kv.into()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

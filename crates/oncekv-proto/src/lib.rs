@@ -37,6 +37,20 @@ pub mod mvccpb {
     tonic::include_proto!("mvccpb");
 }
 
+/// A key-value from the wire as the core keeps it (the same six fields).
+impl From<mvccpb::KeyValue> for oncekv_core::KeyValue {
+    fn from(kv: mvccpb::KeyValue) -> oncekv_core::KeyValue {
+        oncekv_core::KeyValue {
+            key: kv.key,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            version: kv.version,
+            value: kv.value,
+            lease: kv.lease,
+        }
+    }
+}
+
 /// A key-value as the core keeps it, on the wire (the same six fields).
 impl From<oncekv_core::KeyValue> for mvccpb::KeyValue {
     fn from(kv: oncekv_core::KeyValue) -> mvccpb::KeyValue {
