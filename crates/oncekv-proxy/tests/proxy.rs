@@ -329,35 +329,34 @@ async fn refusals_reach_the_client_in_etcds_shape() {
             ..Default::default()
         })),
     };
+    // A watch of "k" on a stream that half-closes after its create: the stream, and its
+    // first response.
+    let watch_k = |token: String| {
+        let channel = channel.clone();
+        async move {
+            let request = with_token(tonic::Request::new(tokio_stream::once(create("k"))), &token);
+            let mut stream = WatchClient::new(channel)
+                .watch(request)
+                .await
+                .unwrap()
+                .into_inner();
+            let first = stream
+                .message()
+                .await
+                .unwrap()
+                .expect("no created response");
+            (stream, first)
+        }
+    };
     // Alice has no role: her watch is refused on creation, with etcd's reason.
     let alice = token("alice", "alicepw").await;
-    let request = with_token(tonic::Request::new(tokio_stream::once(create("k"))), &alice);
-    let mut stream = WatchClient::new(channel.clone())
-        .watch(request)
-        .await
-        .unwrap()
-        .into_inner();
-    let first = stream
-        .message()
-        .await
-        .unwrap()
-        .expect("no created response");
+    let (_, first) = watch_k(alice).await;
     assert!(first.created && first.canceled, "{first:?}");
     assert_eq!(first.cancel_reason, "etcdserver: permission denied");
 
     // Root's watch on a stream closed after the create is served on.
     let root = token("root", "rootpw").await;
-    let request = with_token(tonic::Request::new(tokio_stream::once(create("k"))), &root);
-    let mut stream = WatchClient::new(channel.clone())
-        .watch(request)
-        .await
-        .unwrap()
-        .into_inner();
-    let first = stream
-        .message()
-        .await
-        .unwrap()
-        .expect("no created response");
+    let (mut stream, first) = watch_k(root.clone()).await;
     assert!(first.created && !first.canceled, "{first:?}");
     KvClient::new(channel.clone())
         .put(with_token(tonic::Request::new(put), &root))
