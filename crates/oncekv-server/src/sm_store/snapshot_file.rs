@@ -1,0 +1,304 @@
+//! The snapshot file's format: magic, CRC-32 of the body, then postcard's encoding of
+//! raft's metadata and the state machine image. Kept apart from the store so the format
+//! can be read, and tested, without openraft's storage traits around it; backups read and
+//! write the same files through it.
+
+use oncekv_core::SnapshotView;
+use openraft::storage::SnapshotMeta;
+use serde::{Deserialize, Serialize};
+
+use crate::disk::AppendFile;
+use crate::types::{Member, NodeId};
+
+const SNAPSHOT_MAGIC: &[u8; 4] = b"OKVS";
+
+/// The snapshot file's content: raft's metadata and the state machine image.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SnapshotFile {
+    pub(crate) meta: SnapshotMeta<NodeId, Member>,
+    pub(crate) data: Vec<u8>,
+}
+
+/// The snapshot file's bytes: magic, CRC-32 of the body, the body (postcard of a
+/// [`SnapshotFile`]).
+pub(crate) fn encode_snapshot_file(
+    meta: &SnapshotMeta<NodeId, Member>,
+    data: &[u8],
+) -> Result<Vec<u8>, String> {
+    let head = snapshot_file_head(meta, &Image::Bytes(data))?;
+    let mut bytes = Vec::with_capacity(head.len() + data.len());
+    bytes.extend_from_slice(&head);
+    bytes.extend_from_slice(data);
+    Ok(bytes)
+}
+
+/// The state machine image a snapshot file holds: encoded already (one received from the
+/// leader), or the state itself, encoded as it is written.
+pub(super) enum Image<'a> {
+    Bytes(&'a [u8]),
+    View(&'a SnapshotView<'a>, usize),
+}
+
+impl Image<'_> {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Image::Bytes(b) => b.len(),
+            Image::View(_, len) => *len,
+        }
+    }
+
+    fn checksum_into(&self, crc: &mut crc32fast::Hasher) -> Result<(), String> {
+        match self {
+            Image::Bytes(b) => crc.update(b),
+            Image::View(view, _) => {
+                postcard::serialize_with_flavor(*view, Checksum(crc)).map_err(|e| e.to_string())?
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn write_to(&self, file: &mut dyn AppendFile) -> std::io::Result<()> {
+        match self {
+            Image::Bytes(b) => file.write_all(b),
+            Image::View(view, _) => {
+                let mut failed = None;
+                let out = ToFile {
+                    file,
+                    buf: Vec::with_capacity(WRITE_BUFFER),
+                    failed: &mut failed,
+                };
+                match postcard::serialize_with_flavor(*view, out) {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(failed.unwrap_or_else(|| std::io::Error::other(e))),
+                }
+            }
+        }
+    }
+}
+
+/// Feeds an encoding to a CRC-32 instead of keeping it.
+struct Checksum<'a>(&'a mut crc32fast::Hasher);
+
+impl postcard::ser_flavors::Flavor for Checksum<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.update(&[byte]);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.update(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// How much of an image is gathered before it is written to the file.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// Writes an encoding to a file through a buffer of [`WRITE_BUFFER`] bytes; a failed
+/// write stops the encoding and is kept in `failed`.
+struct ToFile<'a> {
+    file: &'a mut dyn AppendFile,
+    buf: Vec<u8>,
+    failed: &'a mut Option<std::io::Error>,
+}
+
+impl ToFile<'_> {
+    fn flush(&mut self) -> postcard::Result<()> {
+        if let Err(e) = self.file.write_all(&self.buf) {
+            *self.failed = Some(e);
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl postcard::ser_flavors::Flavor for ToFile<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        if self.buf.len() == WRITE_BUFFER {
+            self.flush()?;
+        }
+        self.buf.push(byte);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        if self.buf.len() + bytes.len() > WRITE_BUFFER {
+            self.flush()?;
+        }
+        if bytes.len() >= WRITE_BUFFER {
+            if let Err(e) = self.file.write_all(bytes) {
+                *self.failed = Some(e);
+                return Err(postcard::Error::SerializeBufferFull);
+            }
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    fn finalize(mut self) -> postcard::Result<()> {
+        self.flush()
+    }
+}
+
+/// The snapshot file up to the image, which follows it: the image is never copied into
+/// a file buffer of its own (hundreds of MB with a long history). postcard encodes a byte
+/// vector as its length and then its bytes, so the metadata and the image's length, then
+/// the image, are exactly the [`SnapshotFile`] they decode to.
+pub(super) fn snapshot_file_head(
+    meta: &SnapshotMeta<NodeId, Member>,
+    image: &Image,
+) -> Result<Vec<u8>, String> {
+    let fields = oncekv_core::encoding::encode(&(meta, image.len())).map_err(|e| e.to_string())?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&fields);
+    image.checksum_into(&mut crc)?;
+    let mut head = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4 + fields.len());
+    head.extend_from_slice(SNAPSHOT_MAGIC);
+    head.extend_from_slice(&crc.finalize().to_le_bytes());
+    head.extend_from_slice(&fields);
+    Ok(head)
+}
+
+pub(crate) fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    let rest = bytes
+        .strip_prefix(SNAPSHOT_MAGIC)
+        .ok_or("not an oncekv snapshot file")?;
+    if rest.len() < 4 {
+        return Err("truncated snapshot file".into());
+    }
+    let (crc, body) = rest.split_at(4);
+    let want = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+    if crc32fast::hash(body) != want {
+        return Err("checksum mismatch (corrupt snapshot file)".into());
+    }
+    // The image is taken whole from what follows its length (decoding it as a sequence
+    // of bytes would go a byte at a time).
+    let ((meta, len), image): ((SnapshotMeta<NodeId, Member>, usize), _) =
+        postcard::take_from_bytes(body).map_err(|e| format!("undecodable snapshot file: {e}"))?;
+    let data = image
+        .get(..len)
+        .ok_or("truncated snapshot file (the image is cut short)")?
+        .to_vec();
+    Ok(SnapshotFile { meta, data })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::types::LogId;
+    use oncekv_core::StateMachine;
+    use openraft::StoredMembership;
+
+    /// The file is written in two parts (the head, then the image as it is); its bytes are
+    /// still postcard's encoding of the whole [`SnapshotFile`], so files written before
+    /// and after read alike.
+    #[test]
+    fn the_snapshot_file_is_the_encoding_of_the_whole_record() {
+        let meta = SnapshotMeta {
+            last_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(3, 1), 42)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "3-1-42".into(),
+        };
+        for len in [0usize, 1, 127, 128, 300_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let file = encode_snapshot_file(&meta, &data).unwrap();
+            let whole = postcard::to_allocvec(&SnapshotFile {
+                meta: meta.clone(),
+                data: data.clone(),
+            })
+            .unwrap();
+            assert_eq!(file[..4], SNAPSHOT_MAGIC[..]);
+            assert_eq!(file[4..8], crc32fast::hash(&whole).to_le_bytes());
+            assert_eq!(file[8..], whole[..], "len {len}");
+            let back = decode_snapshot_file(&file).unwrap();
+            assert_eq!((back.meta, back.data), (meta.clone(), data));
+        }
+        // An image cut short is refused, not read as a shorter one.
+        let mut file = encode_snapshot_file(&meta, &[9u8; 1000]).unwrap();
+        file.truncate(file.len() - 10);
+        let body = file[8..].to_vec();
+        file[4..8].copy_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        assert!(
+            decode_snapshot_file(&file)
+                .unwrap_err()
+                .contains("truncated")
+        );
+    }
+
+    /// A file that keeps what is written, or fails once it would hold over `limit` bytes.
+    struct MemFile {
+        bytes: Vec<u8>,
+        limit: usize,
+    }
+
+    impl AppendFile for MemFile {
+        fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+            if self.bytes.len() + buf.len() > self.limit {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "no space left on device",
+                ));
+            }
+            self.bytes.extend_from_slice(buf);
+            Ok(())
+        }
+
+        fn sync_data(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The state written as it is encoded gives the same file as its encoded image, and a
+    /// failed write is reported as the disk's error.
+    #[test]
+    fn a_state_written_as_it_is_encoded_is_the_file_of_its_image() {
+        use oncekv_core::{Command, LogPayload, Op, PutRequest, Settings};
+        let mut sm = StateMachine::new(Settings::default());
+        // Values over the write buffer's size too, which go around it.
+        for (i, len) in [10usize, 3 << 20, 1000, WRITE_BUFFER, 5]
+            .into_iter()
+            .enumerate()
+        {
+            let put = PutRequest {
+                key: format!("k{i}").into_bytes().into(),
+                value: vec![i as u8; len].into(),
+                ..PutRequest::default()
+            };
+            let entry = LogPayload {
+                cluster_time: 1_000 + i as u64,
+                commands: vec![Command::Untracked(Op::Put(put))],
+            };
+            sm.apply(i as u64 + 1, &entry);
+        }
+        let meta = SnapshotMeta::default();
+        let whole = encode_snapshot_file(&meta, &sm.snapshot().unwrap()).unwrap();
+        let view = sm.snapshot_view();
+        let len = postcard::experimental::serialized_size(&view).unwrap();
+        let image = Image::View(&view, len);
+        let mut file = MemFile {
+            bytes: snapshot_file_head(&meta, &image).unwrap(),
+            limit: usize::MAX,
+        };
+        image.write_to(&mut file).unwrap();
+        assert_eq!(file.bytes.len(), whole.len());
+        assert!(file.bytes == whole, "the same bytes");
+        let mut full = MemFile {
+            bytes: Vec::new(),
+            limit: 2 << 20,
+        };
+        let err = image.write_to(&mut full).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+    }
+}
