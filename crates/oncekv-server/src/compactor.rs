@@ -13,6 +13,7 @@ use oncekv_core::{Command, Op, OpError, Response};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub use crate::config::{AutoCompaction, REVISION_MODE_INTERVAL};
 use crate::request_path::NodeCore;
 
 /// How often a periodic compactor samples the revision, as a fraction of its interval.
@@ -20,74 +21,6 @@ const SAMPLES_PER_INTERVAL: u32 = 10;
 
 /// The longest time between two periodic compactions, however long the retention.
 const MAX_PERIODIC_INTERVAL: Duration = Duration::from_secs(3600);
-
-/// etcd's interval between two revision-mode compactions.
-pub const REVISION_MODE_INTERVAL: Duration = Duration::from_secs(300);
-
-/// What history the leader compacts away by itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AutoCompaction {
-    /// Only clients compact.
-    #[default]
-    Off,
-    /// Keep `retention` of history: the revision is sampled every tenth of the interval
-    /// (`retention`, at most an hour), and once `retention` has passed, then every
-    /// interval, history is compacted at the revision sampled `retention` ago.
-    Periodic { retention: Duration },
-    /// Keep the last `keep` revisions: every `every` (etcd: 5 minutes), history is
-    /// compacted at the current revision minus `keep`.
-    Revision { keep: i64, every: Duration },
-}
-
-impl AutoCompaction {
-    /// Reads etcd's two flags. `retention` "0" is off in either mode; in periodic mode a
-    /// bare number is hours (etcd's reading), otherwise a duration such as `30m` or `1h30m`
-    /// read by `parse_duration`; in revision mode it is a count of revisions.
-    pub fn from_flags(
-        mode: &str,
-        retention: &str,
-        parse_duration: impl Fn(&str) -> Result<Duration, String>,
-    ) -> Result<AutoCompaction, String> {
-        let retention = retention.trim();
-        match mode {
-            "periodic" => {
-                let period = match retention.parse::<u64>() {
-                    Ok(hours) => Duration::from_secs(hours.saturating_mul(3600)),
-                    Err(_) => parse_duration(retention)
-                        .map_err(|e| format!("--auto-compaction-retention: {e}"))?,
-                };
-                Ok(if period.is_zero() {
-                    AutoCompaction::Off
-                } else {
-                    AutoCompaction::Periodic { retention: period }
-                })
-            }
-            "revision" => {
-                let keep: i64 = retention.parse().map_err(|_| {
-                    format!(
-                        "--auto-compaction-retention {retention:?}: in revision mode, a number of revisions to keep"
-                    )
-                })?;
-                if keep < 0 {
-                    return Err(format!(
-                        "--auto-compaction-retention {keep}: must not be negative"
-                    ));
-                }
-                Ok(if keep == 0 {
-                    AutoCompaction::Off
-                } else {
-                    AutoCompaction::Revision {
-                        keep,
-                        every: REVISION_MODE_INTERVAL,
-                    }
-                })
-            }
-            other => Err(format!(
-                "--auto-compaction-mode {other:?}: expected \"periodic\" or \"revision\""
-            )),
-        }
-    }
-}
 
 /// Runs the configured compactor until `stop` fires.
 pub async fn run(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use oncekv_core::Settings;
 
-use crate::compactor::AutoCompaction;
 use crate::disk::Disk;
 use crate::runtime::Clock;
 use crate::sm_store::ApplyObserver;
 use crate::types::Member;
+
+/// etcd's `--initial-cluster-token` default.
+pub const DEFAULT_CLUSTER_TOKEN: &str = "etcd-cluster";
 
 /// etcd's default space quota: 2 GiB.
 pub const DEFAULT_QUOTA_BYTES: u64 = 2 << 30;
@@ -162,7 +164,7 @@ impl NodeConfig {
             peer_addr,
             initial_cluster,
             initial_cluster_state: ClusterState::New,
-            initial_cluster_token: crate::membership::DEFAULT_CLUSTER_TOKEN.to_string(),
+            initial_cluster_token: DEFAULT_CLUSTER_TOKEN.to_string(),
             snapshot_count: 10_000,
             heartbeat_ms: 100,
             election_timeout_ms: 1_000,
@@ -252,6 +254,92 @@ impl Default for BatchLimits {
             gather_yields: 8,
         }
     }
+}
+
+/// etcd's interval between two revision-mode compactions.
+pub const REVISION_MODE_INTERVAL: Duration = Duration::from_secs(300);
+
+/// What history the leader compacts away by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AutoCompaction {
+    /// Only clients compact.
+    #[default]
+    Off,
+    /// Keep `retention` of history: the revision is sampled every tenth of the interval
+    /// (`retention`, at most an hour), and once `retention` has passed, then every
+    /// interval, history is compacted at the revision sampled `retention` ago.
+    Periodic { retention: Duration },
+    /// Keep the last `keep` revisions: every `every` (etcd: 5 minutes), history is
+    /// compacted at the current revision minus `keep`.
+    Revision { keep: i64, every: Duration },
+}
+
+impl AutoCompaction {
+    /// Reads etcd's two flags. `retention` "0" is off in either mode; in periodic mode a
+    /// bare number is hours (etcd's reading), otherwise a duration such as `30m` or `1h30m`
+    /// read by `parse_duration`; in revision mode it is a count of revisions.
+    pub fn from_flags(
+        mode: &str,
+        retention: &str,
+        parse_duration: impl Fn(&str) -> Result<Duration, String>,
+    ) -> Result<AutoCompaction, String> {
+        let retention = retention.trim();
+        match mode {
+            "periodic" => {
+                let period = match retention.parse::<u64>() {
+                    Ok(hours) => Duration::from_secs(hours.saturating_mul(3600)),
+                    Err(_) => parse_duration(retention)
+                        .map_err(|e| format!("--auto-compaction-retention: {e}"))?,
+                };
+                Ok(if period.is_zero() {
+                    AutoCompaction::Off
+                } else {
+                    AutoCompaction::Periodic { retention: period }
+                })
+            }
+            "revision" => {
+                let keep: i64 = retention.parse().map_err(|_| {
+                    format!(
+                        "--auto-compaction-retention {retention:?}: in revision mode, a number of revisions to keep"
+                    )
+                })?;
+                if keep < 0 {
+                    return Err(format!(
+                        "--auto-compaction-retention {keep}: must not be negative"
+                    ));
+                }
+                Ok(if keep == 0 {
+                    AutoCompaction::Off
+                } else {
+                    AutoCompaction::Revision {
+                        keep,
+                        every: REVISION_MODE_INTERVAL,
+                    }
+                })
+            }
+            other => Err(format!(
+                "--auto-compaction-mode {other:?}: expected \"periodic\" or \"revision\""
+            )),
+        }
+    }
+}
+
+/// gRPC's own allowance on top of `--max-request-bytes`, as etcd has: a request between
+/// the two gets etcd's "request is too large" rather than a transport error.
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// A snapshot is sent in chunks of this size (openraft's `snapshot_max_chunk_size`).
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
+
+/// The largest peer message a member sends or accepts: room for the largest entry the
+/// proposer makes (a batch of up to `BatchLimits::max_bytes`, plus the one request that
+/// may take it past that), and more than a snapshot chunk. The peer port refuses anything
+/// larger before buffering it, so a sender that names this cluster but is no member costs
+/// at most this much per request; appends of many entries are split to fit (see
+/// the raft network client's `append_entries`).
+pub fn peer_message_limit(config: &NodeConfig) -> usize {
+    let largest_entry = config.batch.max_bytes + config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    (largest_entry + (1 << 20)).max(2 * SNAPSHOT_CHUNK_BYTES as usize)
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub mod network;
 pub mod node;
 pub mod pb;
 pub mod peer_gate;
+mod peer_listener;
 pub mod peer_wire;
 pub mod proposer;
 mod read_batch;

@@ -451,8 +451,7 @@ impl Identity {
     }
 }
 
-/// etcd's `--initial-cluster-token` default.
-pub const DEFAULT_CLUSTER_TOKEN: &str = "etcd-cluster";
+pub use crate::config::DEFAULT_CLUSTER_TOKEN;
 
 /// etcd's cluster id for a cluster formed with `members` under `token` (etcd's
 /// `--initial-cluster-token`): the same on every founder, and different for two clusters

@@ -32,20 +32,7 @@ use crate::transport::Connector;
 use crate::transport::{Duplicator, MessageKind};
 use crate::types::{Member, NodeId, TypeConfig};
 
-/// A snapshot is sent in chunks of this size (openraft's `snapshot_max_chunk_size`).
-pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
-
-/// The largest peer message a member sends or accepts: room for the largest entry the
-/// proposer makes (a batch of up to `BatchLimits::max_bytes`, plus the one request that
-/// may take it past that), and more than a snapshot chunk. The peer port refuses anything
-/// larger before buffering it, so a sender that names this cluster but is no member costs
-/// at most this much per request; appends of many entries are split to fit (see
-/// [`PeerClient`]'s `append_entries`).
-pub fn peer_message_limit(config: &crate::config::NodeConfig) -> usize {
-    let largest_entry =
-        config.batch.max_bytes + config.max_request_bytes + crate::services::GRPC_OVERHEAD_BYTES;
-    (largest_entry + (1 << 20)).max(2 * SNAPSHOT_CHUNK_BYTES as usize)
-}
+pub use crate::config::{SNAPSHOT_CHUNK_BYTES, peer_message_limit};
 
 /// Request metadata naming the sender's cluster and member (hex), checked by the
 /// receiver's [`PeerGate`](crate::peer_gate::PeerGate) before it reads the body.

@@ -18,22 +18,18 @@
 //! A connection carries one request at a time; a caller with several outstanding (a
 //! forwarder with a few batches in flight) holds several connections. A member refuses
 //! a caller naming another cluster (the [`PeerGate`](crate::peer_gate::PeerGate) rule)
-//! and frames larger than [`peer_message_limit`](crate::network::peer_message_limit).
+//! and frames larger than [`peer_message_limit`](crate::config::peer_message_limit).
 //! An outsider that does not know the cluster yet (a joining member) uses gRPC's
 //! `Forward`, which the gate keeps to `Identify`.
 
 use std::collections::HashMap;
 use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufStream};
-use tokio::sync::watch;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::request_path::NodeCore;
 use crate::transport::{Conn, Connector};
 
 /// The first bytes of a framed peer connection. An HTTP/2 connection starts with
@@ -41,12 +37,7 @@ use crate::transport::{Conn, Connector};
 pub const MAGIC: &[u8; 8] = b"OKVPEER1";
 
 /// A reply code meaning "the payload is the answer".
-const OK: u8 = 0;
-
-/// How long a framed connection may sit idle on the receiving side before it is closed:
-/// a caller that vanished without closing (a partition, a killed host) must not hold a
-/// task and a connection slot for good. A caller notices the close before reusing it.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const OK: u8 = 0;
 
 /// Idle connections kept per peer for reuse; more are closed after their call.
 const MAX_IDLE_PER_PEER: usize = 8;
@@ -61,7 +52,7 @@ pub enum Method {
 }
 
 impl Method {
-    fn from_u8(b: u8) -> Option<Method> {
+    pub(crate) fn from_u8(b: u8) -> Option<Method> {
         match b {
             1 => Some(Method::Append),
             2 => Some(Method::Vote),
@@ -323,7 +314,7 @@ impl PeerConn {
 pub struct Dialer {
     pub connector: Option<Connector>,
     pub connect_timeout: Duration,
-    /// The largest reply read ([`peer_message_limit`](crate::network::peer_message_limit)).
+    /// The largest reply read ([`peer_message_limit`](crate::config::peer_message_limit)).
     pub max_message: usize,
 }
 
@@ -405,180 +396,6 @@ impl Frame {
     pub fn method(&self) -> Method {
         self.method
     }
-}
-
-/// A connection whose first bytes were read to tell framed from gRPC, handed to the gRPC
-/// server with those bytes put back in front.
-#[derive(Debug)]
-pub struct Sniffed<IO> {
-    prefix: Vec<u8>,
-    read: usize,
-    io: IO,
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Sniffed<IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if this.read < this.prefix.len() {
-            let rest = &this.prefix[this.read..];
-            let n = rest.len().min(buf.remaining());
-            buf.put_slice(&rest[..n]);
-            this.read += n;
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-crate::conn_guard::write_through!(Sniffed, io);
-
-/// Reads up to [`MAGIC`]'s length from `io`, stopping at the first byte that differs
-/// from it. `true` when the whole magic came.
-async fn sniff<IO: AsyncRead + Unpin>(io: &mut IO, got: &mut Vec<u8>) -> io::Result<bool> {
-    let mut buf = [0u8; 8];
-    while got.len() < MAGIC.len() {
-        let want = MAGIC.len() - got.len();
-        let n = io.read(&mut buf[..want]).await?;
-        if n == 0 {
-            return Ok(false);
-        }
-        got.extend_from_slice(&buf[..n]);
-        if got[..] != MAGIC[..got.len().min(MAGIC.len())] {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// The peer port's connections, framed ones served here and the rest (gRPC) passed on
-/// for tonic with their first bytes put back.
-pub fn split<S, IO>(
-    incoming: S,
-    core: Arc<NodeCore>,
-    stop: watch::Receiver<bool>,
-) -> Pin<Box<dyn futures::Stream<Item = io::Result<Sniffed<IO>>> + Send>>
-where
-    S: futures::Stream<Item = io::Result<IO>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    crate::conn_guard::prepare_each(incoming, move |mut io: IO| {
-        let (core, stop) = (core.clone(), stop.clone());
-        async move {
-            let mut prefix = Vec::with_capacity(MAGIC.len());
-            let sniffed = tokio::time::timeout(
-                crate::conn_guard::FIRST_BYTES_TIMEOUT,
-                sniff(&mut io, &mut prefix),
-            )
-            .await;
-            match sniffed {
-                Ok(Ok(true)) => {
-                    serve_framed(io, core, stop).await;
-                    None
-                }
-                Ok(Err(e)) => {
-                    tracing::debug!("peer connection failed before a request: {e}");
-                    None
-                }
-                // Not ours, or silent: gRPC's server decides what it is.
-                Ok(Ok(false)) | Err(_) => Some(Sniffed {
-                    prefix,
-                    read: 0,
-                    io,
-                }),
-            }
-        }
-    })
-}
-
-/// Serves one framed connection (its magic already read) until the caller closes it,
-/// breaks the protocol, idles past [`IDLE_TIMEOUT`], or the node stops.
-async fn serve_framed<IO>(io: IO, core: Arc<NodeCore>, mut stop: watch::Receiver<bool>)
-where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let mut conn = BufStream::new(io);
-    let limit = crate::network::peer_message_limit(core.config());
-    let served = async {
-        // The opening follows the magic at once; a sender that stops there, or in the
-        // middle of a frame, must not hold the connection's slot for good.
-        let stalled = || io::Error::new(io::ErrorKind::TimedOut, "the sender stalled");
-        let mut hello = [0u8; 16];
-        tokio::time::timeout(
-            crate::conn_guard::FIRST_BYTES_TIMEOUT,
-            conn.read_exact(&mut hello),
-        )
-        .await
-        .map_err(|_| stalled())??;
-        let cluster = u64::from_le_bytes(hello[..8].try_into().unwrap_or_default());
-        if cluster != core.cluster_id() {
-            let refusal = tonic::Status::permission_denied(format!(
-                "oncekv: the sender belongs to cluster {cluster:x}, this member to cluster {:x}",
-                core.cluster_id()
-            ));
-            return write_reply(&mut conn, Err(refusal)).await;
-        }
-        loop {
-            let mut head = [0u8; 5];
-            match tokio::time::timeout(IDLE_TIMEOUT, conn.read_exact(&mut head)).await {
-                Ok(read) => read?,
-                Err(_) => return Ok(()),
-            };
-            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-            if len > limit {
-                let refusal = tonic::Status::resource_exhausted(format!(
-                    "oncekv: a peer message of {len} bytes is over this member's limit of {limit}"
-                ));
-                return write_reply(&mut conn, Err(refusal)).await;
-            }
-            let mut payload = vec![0u8; len];
-            tokio::time::timeout(IDLE_TIMEOUT, conn.read_exact(&mut payload))
-                .await
-                .map_err(|_| stalled())??;
-            let reply = match Method::from_u8(head[4]) {
-                Some(method) => {
-                    crate::services::serve_peer_call(&core, method, &payload, false).await
-                }
-                None => Err(tonic::Status::unimplemented(format!(
-                    "oncekv: unknown peer method {}",
-                    head[4]
-                ))),
-            };
-            write_reply(&mut conn, reply).await?;
-        }
-    };
-    tokio::select! {
-        result = served => {
-            if let Err(e) = result
-                && e.kind() != io::ErrorKind::UnexpectedEof
-            {
-                tracing::debug!("framed peer connection ended: {e}");
-            }
-        }
-        _ = stop.wait_for(|s| *s) => {}
-    }
-}
-
-async fn write_reply<IO: AsyncWrite + AsyncRead + Unpin>(
-    conn: &mut BufStream<IO>,
-    reply: Result<Vec<u8>, tonic::Status>,
-) -> io::Result<()> {
-    let (code, payload) = match reply {
-        Ok(payload) => (OK, payload),
-        Err(status) => (
-            status.code() as i32 as u8,
-            status.message().as_bytes().to_vec(),
-        ),
-    };
-    let len = u32::try_from(payload.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "reply over 4 GiB"))?;
-    conn.write_all(&len.to_le_bytes()).await?;
-    conn.write_all(&[code]).await?;
-    conn.write_all(&payload).await?;
-    conn.flush().await
 }
 
 #[cfg(test)]
@@ -751,45 +568,5 @@ mod tests {
             .await
             .expect_err("nobody listening");
         assert!(matches!(err, CallError::Unreachable(_)), "{err}");
-    }
-
-    #[tokio::test]
-    async fn sniffing_tells_framed_from_http2_and_gives_the_bytes_back() {
-        let (mut a, mut b) = tokio::io::duplex(1024);
-        a.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            .await
-            .expect("write");
-        let mut prefix = Vec::new();
-        assert!(!sniff(&mut b, &mut prefix).await.expect("sniff"));
-        assert_eq!(
-            prefix, b"PRI * HT",
-            "read no further than the magic's length"
-        );
-        let mut sniffed = Sniffed {
-            prefix,
-            read: 0,
-            io: b,
-        };
-        let mut all = vec![0u8; 24];
-        sniffed.read_exact(&mut all).await.expect("read");
-        assert_eq!(&all, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
-
-        // The magic split over two writes is still the magic.
-        let (mut a, mut b) = tokio::io::duplex(1024);
-        a.write_all(&MAGIC[..3]).await.expect("write");
-        let writer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            a.write_all(&MAGIC[3..]).await
-        });
-        let mut prefix = Vec::new();
-        assert!(sniff(&mut b, &mut prefix).await.expect("sniff"));
-        writer.await.expect("join").expect("write");
-
-        // A prefix of the magic, then something else: not framed.
-        let (mut a, mut b) = tokio::io::duplex(1024);
-        a.write_all(b"OKVPEERX").await.expect("write");
-        let mut prefix = Vec::new();
-        assert!(!sniff(&mut b, &mut prefix).await.expect("sniff"));
-        assert_eq!(prefix, b"OKVPEERX");
     }
 }

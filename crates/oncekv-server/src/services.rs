@@ -8,13 +8,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
-use tonic::{Request, Response, Status};
 
 use crate::etcd::{
     AuthService, ClusterService, ElectionService, KvService, LeaseService, LockService,
     MaintenanceService, SessionService, WatchService,
 };
-use crate::forwarder::Forwarded;
 use crate::http::GrpcMetricsLayer;
 use crate::pb::etcdserverpb::auth_server::AuthServer;
 use crate::pb::etcdserverpb::cluster_server::ClusterServer;
@@ -22,17 +20,11 @@ use crate::pb::etcdserverpb::kv_server::KvServer;
 use crate::pb::etcdserverpb::lease_server::LeaseServer;
 use crate::pb::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::pb::etcdserverpb::watch_server::WatchServer;
-use crate::pb::oncekv::raft_server::{Raft as RaftRpc, RaftServer};
+use crate::pb::oncekv::raft_server::RaftServer;
 use crate::pb::oncekv::session_server::SessionServer;
-use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
 use crate::pb::v3electionpb::election_server::ElectionServer;
 use crate::pb::v3lockpb::lock_server::LockServer;
-use crate::peer_wire::Method;
 use crate::request_path::NodeCore;
-
-/// gRPC's own allowance on top of `--max-request-bytes`, as etcd has: a request between
-/// the two gets etcd's "request is too large" rather than a transport error.
-pub(crate) const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
 /// How many connections the kernel queues for a port before `accept`: etcd's (Go's)
 /// figure. std's 128 overflows when many clients (re)connect at once (after a failover,
@@ -113,7 +105,7 @@ where
     S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
-    let limit = core.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let limit = core.config().max_request_bytes + crate::config::GRPC_OVERHEAD_BYTES;
     let mut grpc = tonic::service::Routes::builder();
     grpc.add_service(
         KvServer::new(KvService { node: core.clone() }).max_decoding_message_size(limit),
@@ -201,7 +193,7 @@ where
 {
     let (gate_core, split_core) = (core.clone(), core.clone());
     let limit = crate::network::peer_message_limit(core.config());
-    let service = RaftServer::new(PeerService { core })
+    let service = RaftServer::new(crate::peer_listener::PeerService { core })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
     let (interval, timeout) = (
@@ -215,113 +207,11 @@ where
         .layer(crate::peer_gate::PeerGate { core: gate_core })
         .add_service(service)
         .serve_with_incoming_shutdown(
-            crate::peer_wire::split(incoming, split_core, stop.clone()),
+            crate::peer_listener::split(incoming, split_core, stop.clone()),
             stopped(stop),
         )
         .await;
     if let Err(e) = result {
         tracing::error!("peer server stopped: {e}");
-    }
-}
-
-/// The receiving side of [`crate::network::PeerClient`] over gRPC (the framed
-/// connections of [`crate::peer_wire`] carry the same calls).
-#[derive(Debug)]
-struct PeerService {
-    core: Arc<NodeCore>,
-}
-
-fn decode<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
-    postcard::from_bytes(payload)
-        .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, Status> {
-    oncekv_core::encoding::encode(value)
-        .map_err(|e| Status::internal(format!("encoding raft reply: {e}")))
-}
-
-/// Serves one peer call, whichever way it came: `payload` is the postcard request of
-/// `method`, the result the postcard answer. An `outsider` (a sender naming no cluster)
-/// may only ask `Identify`.
-pub(crate) async fn serve_peer_call(
-    core: &NodeCore,
-    method: Method,
-    payload: &[u8],
-    outsider: bool,
-) -> Result<Vec<u8>, Status> {
-    match method {
-        Method::Append => encode(&core.raft().append_entries(decode(payload)?).await),
-        Method::Vote => {
-            if !core.voting_allowed() {
-                return Err(Status::unavailable(
-                    "this member has just started and votes for nobody yet (leader-lease reads)",
-                ));
-            }
-            encode(&core.raft().vote(decode(payload)?).await)
-        }
-        Method::Snapshot => encode(&core.raft().install_snapshot(decode(payload)?).await),
-        Method::Forward => {
-            let req: Forwarded = decode(payload)?;
-            if outsider && !matches!(req, Forwarded::Identify { .. }) {
-                return Err(Status::permission_denied(
-                    "oncekv: only members of this cluster may forward requests",
-                ));
-            }
-            encode(&core.serve_forwarded(req).await)
-        }
-    }
-}
-
-impl PeerService {
-    async fn serve(
-        &self,
-        method: Method,
-        request: Request<RaftRequest>,
-    ) -> Result<Response<RaftReply>, Status> {
-        let payload = serve_peer_call(&self.core, method, &request.into_inner().payload, false)
-            .await?
-            .into();
-        Ok(Response::new(RaftReply { payload }))
-    }
-}
-
-#[tonic::async_trait]
-impl RaftRpc for PeerService {
-    async fn append_entries(
-        &self,
-        request: Request<RaftRequest>,
-    ) -> Result<Response<RaftReply>, Status> {
-        self.serve(Method::Append, request).await
-    }
-
-    async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        self.serve(Method::Vote, request).await
-    }
-
-    async fn install_snapshot(
-        &self,
-        request: Request<RaftRequest>,
-    ) -> Result<Response<RaftReply>, Status> {
-        self.serve(Method::Snapshot, request).await
-    }
-
-    async fn forward(
-        &self,
-        request: Request<ForwardRequest>,
-    ) -> Result<Response<ForwardReply>, Status> {
-        let outsider = request
-            .extensions()
-            .get::<crate::peer_gate::Outsider>()
-            .is_some();
-        let payload = serve_peer_call(
-            &self.core,
-            Method::Forward,
-            &request.into_inner().payload,
-            outsider,
-        )
-        .await?
-        .into();
-        Ok(Response::new(ForwardReply { payload }))
     }
 }

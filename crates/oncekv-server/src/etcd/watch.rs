@@ -249,7 +249,7 @@ impl StreamTask {
         stop: watch::Receiver<bool>,
     ) -> StreamTask {
         let max_response_bytes =
-            node.config().max_request_bytes + crate::services::GRPC_OVERHEAD_BYTES;
+            node.config().max_request_bytes + crate::config::GRPC_OVERHEAD_BYTES;
         StreamTask {
             node,
             caller: Caller::default(),
