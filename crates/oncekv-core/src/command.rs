@@ -299,6 +299,17 @@ impl KeyRange {
     }
 }
 
+/// Whether `key` lies in `range`.
+pub fn in_range(range: &KeyRange, key: &[u8]) -> bool {
+    let after_start = key >= &range.key[..];
+    let before_end = match range.range_end.as_ref() {
+        b"" => key == &range.key[..],
+        b"\0" => true,
+        end => key < end,
+    };
+    after_start && before_end
+}
+
 /// The `range_end` that selects every key starting with `prefix` (etcd's `GetPrefixRangeEnd`):
 /// the prefix with its last non-0xff byte incremented, or `"\0"` (to the end) if none.
 pub fn prefix_end(prefix: &[u8]) -> Bytes {

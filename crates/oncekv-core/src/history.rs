@@ -27,8 +27,8 @@ use bytes::Bytes;
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::command::{KeyRange, KeyValue, OpError};
-use crate::kv::{Value, in_range};
+use crate::command::{KeyRange, KeyValue, OpError, in_range};
+use crate::value::Value;
 
 /// One change to one key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,36 +13,14 @@ use std::collections::btree_map::{Entry, OccupiedEntry, VacantEntry};
 use std::ops::Bound;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
+pub use crate::command::in_range;
 use crate::command::{
-    DeleteRangeRequest, DeleteRangeResponse, KeyRange, KeyValue, OpError, RangeRequest,
-    RangeResponse, SortOrder, SortTarget,
+    DeleteRangeRequest, DeleteRangeResponse, KeyRange, OpError, RangeRequest, RangeResponse,
+    SortOrder, SortTarget,
 };
 use crate::history::{Change, History};
-
-/// What the store keeps for a key (the key itself is the map key).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Value {
-    pub create_revision: i64,
-    pub mod_revision: i64,
-    pub version: i64,
-    pub value: Bytes,
-    pub lease: i64,
-}
-
-impl Value {
-    pub fn to_key_value(&self, key: &Bytes) -> KeyValue {
-        KeyValue {
-            key: key.clone(),
-            create_revision: self.create_revision,
-            mod_revision: self.mod_revision,
-            version: self.version,
-            value: self.value.clone(),
-            lease: self.lease,
-        }
-    }
-}
+pub use crate::value::Value;
 
 /// A key of the store's map: the key's bytes, with their first eight read as a big-endian
 /// number (zero-padded).
@@ -120,17 +98,6 @@ impl Default for KvStore {
 pub struct Write {
     pub revision: i64,
     pub changed: bool,
-}
-
-/// Whether `key` lies in `range`.
-pub fn in_range(range: &KeyRange, key: &[u8]) -> bool {
-    let after_start = key >= &range.key[..];
-    let before_end = match range.range_end.as_ref() {
-        b"" => key == &range.key[..],
-        b"\0" => true,
-        end => key < end,
-    };
-    after_start && before_end
 }
 
 fn is_empty_range(range: &KeyRange) -> bool {

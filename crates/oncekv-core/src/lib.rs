@@ -56,6 +56,7 @@ pub mod snapshot;
 pub mod state_machine;
 pub mod tracker;
 pub mod txn;
+mod value;
 pub mod waiting_list;
 
 pub use auth::{Access, AuthCommand, AuthError, AuthStore, PermKind, Permission};
