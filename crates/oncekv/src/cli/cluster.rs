@@ -4,7 +4,8 @@
 use clap::{Args, Subcommand};
 use oncekv_client::{Client, Member, MemberListResponse};
 
-use super::output::{EndpointStatus, Printer};
+use super::endpoint_status::EndpointStatus;
+use super::output::Printer;
 use super::{CliError, ClientFlags, Options, emit, one_shot};
 
 #[derive(Debug, Args)]

@@ -13,7 +13,7 @@ use oncekv_client::{
 };
 use serde::Serialize;
 
-use super::output::EndpointStatus;
+use super::endpoint_status::EndpointStatus;
 
 fn zero<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()

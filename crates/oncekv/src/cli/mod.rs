@@ -9,6 +9,7 @@
 
 mod cluster;
 mod concurrency;
+mod endpoint_status;
 mod json;
 mod kv;
 mod lease;

@@ -7,10 +7,11 @@
 use oncekv_client::{
     DeleteResponse, EventType, KeyValue, LeaseGrantResponse, LeaseKeepAliveResponse,
     LeaseRevokeResponse, LeaseTimeToLiveResponse, MemberListResponse, PutResponse, RangeResponse,
-    Status, TxnOpResponse, TxnResponse, WatchResponse,
+    TxnOpResponse, TxnResponse, WatchResponse,
 };
 
 use super::CliError;
+use super::endpoint_status::EndpointStatus;
 use super::json;
 
 /// `-w` / `--write-out`.
@@ -32,13 +33,6 @@ pub(crate) struct GetStyle {
     pub value_only: bool,
     /// `--count-only`: only the number of keys.
     pub count_only: bool,
-}
-
-/// One endpoint's `endpoint status` answer.
-#[derive(Debug, Clone)]
-pub(crate) struct EndpointStatus {
-    pub endpoint: String,
-    pub status: Status,
 }
 
 #[derive(Debug, Clone, Copy)]
