@@ -15,21 +15,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use oncekv_core::AlarmKind;
-use oncekv_core::waiting_list::{WaitError, WaitingList};
+use oncekv_core::waiting_list::WaitError;
 
 use crate::request_path::NodeCore;
 use crate::types::NodeId;
-
-/// The waiting list the fan-outs wait on, with the ids that tell fan-outs apart.
-#[derive(Debug, Default)]
-pub struct Fanouts {
-    list: WaitingList<u64, String, String>,
-    next: AtomicU64,
-}
 
 /// What a corruption check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +45,7 @@ pub enum CheckOutcome {
 /// A member's own health, as `/health` decides it: `Ok` or the reason.
 pub async fn own_health(core: &NodeCore) -> Result<(), String> {
     if let Some((_, alarm)) = core.alarms().first() {
-        return Err(format!("ALARM {}", crate::etcd::alarm_name(*alarm)));
+        return Err(format!("ALARM {}", crate::compat::alarm_name(*alarm)));
     }
     linearizable_read(core).await
 }
@@ -74,15 +66,49 @@ pub async fn linearizable_read(core: &NodeCore) -> Result<(), String> {
     }
 }
 
-impl Fanouts {
-    pub fn new() -> Fanouts {
-        Fanouts::default()
+/// HashKV's digest of the keys as of `revision` (0: the newest), with the compacted
+/// revision: a CRC-32 over every key's name, value, revisions, version and lease, in key
+/// order. Members that applied the same history give the same hash at the same revision,
+/// whatever else (sessions, timing) differs.
+pub fn hash_kv(node: &NodeCore, revision: i64) -> Result<(u32, i64, i64), crate::error::ApiError> {
+    let req = oncekv_core::RangeRequest {
+        range: oncekv_core::KeyRange {
+            key: vec![0].into(),
+            range_end: vec![0].into(),
+        },
+        revision,
+        ..Default::default()
+    };
+    let inner = node.applied().read();
+    let (current, resp) = inner.sm.range(&req)?;
+    let compacted = inner.sm.compacted_revision();
+    drop(inner);
+    let mut h = crc32fast::Hasher::new();
+    for kv in &resp.kvs {
+        h.update(&(kv.key.len() as u64).to_le_bytes());
+        h.update(&kv.key);
+        h.update(&(kv.value.len() as u64).to_le_bytes());
+        h.update(&kv.value);
+        for n in [kv.create_revision, kv.mod_revision, kv.version, kv.lease] {
+            h.update(&n.to_le_bytes());
+        }
     }
+    let at = if revision > 0 { revision } else { current };
+    Ok((h.finalize(), compacted, at))
+}
 
-    /// Fails the fan-outs whose deadline has passed (the node's ticker calls it).
-    pub fn expire(&self, now: std::time::Instant) {
-        self.list.expire(now);
+/// HashKV at `revision`, once this member has applied it (within the request
+/// timeout).
+pub(crate) async fn hash_kv_when_applied(core: &NodeCore, revision: i64) -> Result<u32, String> {
+    let mut applied = core.applied().subscribe_revision();
+    let reached = applied.wait_for(|r| *r >= revision);
+    match tokio::time::timeout(core.config().request_timeout, reached).await {
+        Ok(Ok(_)) => {}
+        _ => return Err(format!("revision {revision} not applied in time")),
     }
+    hash_kv(core, revision)
+        .map(|(hash, _, _)| hash)
+        .map_err(|e| e.to_string())
 }
 
 /// Every member of the configuration in effect, with its peer URL.
@@ -106,19 +132,16 @@ where
     F: Fn(Arc<NodeCore>, String) -> Fut,
     Fut: Future<Output = Result<String, String>> + Send + 'static,
 {
-    let fanouts = core.fanouts();
+    let (key, fanouts) = core.new_fanout();
     let members = members(core);
-    let key = fanouts.next.fetch_add(1, Ordering::Relaxed);
     let deadline = tokio::time::Instant::now().into_std() + timeout;
     // Registered before anyone is asked: an answer fed earlier would not count.
-    let waiter = fanouts
-        .list
-        .register_quorum(key, members.len(), members.len(), Some(deadline));
+    let waiter = fanouts.register_quorum(key, members.len(), members.len(), Some(deadline));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for (id, url) in &members {
         if *id == core.id() {
             let _ = tx.send((*id, own.clone()));
-            fanouts.list.answer(&key, *id, own.clone());
+            fanouts.answer(&key, *id, own.clone());
             continue;
         }
         let (fut, tx, id) = (ask(core.clone(), url.clone()), tx.clone(), *id);
@@ -130,7 +153,7 @@ where
                     // Recorded for the caller before the waiter may settle on it, so the
                     // answer that decides the verdict is among those the caller reads.
                     let _ = tx.send((id, answer.clone()));
-                    core.fanouts().list.answer(&fanouts_key, id, answer);
+                    core.fanouts().answer(&fanouts_key, id, answer);
                 }
                 Err(e) => tracing::debug!(member = format!("{id:x}"), "fan-out: {e}"),
             }
@@ -169,7 +192,7 @@ where
 /// the members that disagree.
 pub async fn corruption_check(core: &Arc<NodeCore>) -> CheckOutcome {
     let revision = core.applied().read().sm.revision();
-    let own = match crate::etcd::hash_kv(core, revision) {
+    let own = match hash_kv(core, revision) {
         Ok((hash, _, _)) => hash,
         Err(e) => {
             tracing::warn!("corruption check: own HashKV at {revision}: {e}");

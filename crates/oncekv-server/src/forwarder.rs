@@ -15,8 +15,8 @@
 //! A follower's linearizable read asks the leader for its read index the same way
 //! ([`Forwarder::read_index`], one [`Forwarded::ReadIndex`] RPC, not batched).
 //!
-//! This module owns the follower side and the wire types; the leader serves them in
-//! [`NodeCore::serve_forwarded`](crate::request_path::NodeCore::serve_forwarded).
+//! This module owns the follower side and the wire types; the leader answers them in
+//! the peer port's listener (`peer_listener`), each with the owner of its concern.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::config::BatchLimits;
 use crate::error::ProposeError;
-use crate::membership::{Changed, MemberChange, MembershipError};
+use crate::member_change::{Changed, MemberChange, MembershipError};
 use crate::network::PeerChannels;
 use crate::pb::oncekv::ForwardRequest;
 use crate::peer_wire::{CallError, Frame, Method};

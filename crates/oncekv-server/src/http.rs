@@ -46,7 +46,7 @@ pub async fn not_found(req: axum::extract::Request) -> Response {
 }
 
 async fn metrics(State(core): State<Arc<NodeCore>>) -> Response {
-    let text = core.node_metrics().render(&core);
+    let text = core.node_metrics().render(&core.scrape());
     (
         [(
             header::CONTENT_TYPE,
@@ -58,7 +58,7 @@ async fn metrics(State(core): State<Arc<NodeCore>>) -> Response {
 }
 
 async fn version() -> Response {
-    let v = crate::etcd::ETCD_API_VERSION;
+    let v = crate::compat::ETCD_API_VERSION;
     json(
         StatusCode::OK,
         serde_json::json!({ "etcdserver": v, "etcdcluster": v }),

@@ -1,6 +1,5 @@
 //! Growing and shrinking the cluster (etcd's MemberAdd / MemberRemove / MemberUpdate /
-//! MemberPromote) on openraft's learners and joint consensus, and how a member knows who
-//! it is.
+//! MemberPromote) on openraft's learners and joint consensus.
 //!
 //! - A voter is added as etcd adds one: the new member enters the configuration at once
 //!   (a learner entry, then a joint-consensus change to voters), before its process has
@@ -17,24 +16,18 @@
 //! Every change runs on the leader; a follower forwards it. etcd's checks and messages:
 //! peer URLs in use, the member not found, one learner at most, promoting a voter or a
 //! learner still behind.
-//!
-//! A member's identity (its id and the cluster's) is decided at its first start, from
-//! `--initial-cluster` for a founding member (ids from names, so every founder computes
-//! the same) or from the running cluster for a joining one, and kept in the data
-//! directory's `member` file, so later restarts do not depend on the flags staying the
-//! same.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use openraft::ChangeMembers;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use serde::{Deserialize, Serialize};
 
-use crate::disk::Disk;
+pub use crate::config::DEFAULT_CLUSTER_TOKEN;
 use crate::error::ProposeError;
+pub use crate::identity::{Identity, founding_cluster_id};
+pub use crate::member_change::{Changed, MemberChange, MemberInfo, MembershipError};
 use crate::request_path::NodeCore;
 use crate::types::{Member, NodeId};
 
@@ -60,66 +53,6 @@ pub const MAX_LEARNERS: usize = 1;
 /// A learner is in sync, for promotion, once it has this share of the leader's log
 /// (etcd's `readyPercent`).
 const READY_PERCENT: f64 = 0.9;
-
-/// One membership change, as the Cluster service asks for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum MemberChange {
-    Add { peer_url: String, learner: bool },
-    Remove { id: NodeId },
-    Update { id: NodeId, peer_url: String },
-    Promote { id: NodeId },
-}
-
-/// A member as the Cluster service reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberInfo {
-    pub id: NodeId,
-    pub member: Member,
-    pub learner: bool,
-}
-
-/// What a change answers: the member it added (for MemberAdd), and the members after it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Changed {
-    pub added: Option<NodeId>,
-    pub members: Vec<MemberInfo>,
-}
-
-/// Why a change was refused, with etcd's messages.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-pub enum MembershipError {
-    #[error("etcdserver: member not found")]
-    NotFound,
-    #[error("etcdserver: Peer URLs already exists")]
-    PeerUrlExists,
-    #[error("etcdserver: can only promote a learner member")]
-    NotLearner,
-    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
-    LearnerNotReady,
-    #[error("etcdserver: too many learner members in cluster")]
-    TooManyLearners,
-    #[error("etcdserver: peer URL {0:?} is not http://HOST:PORT")]
-    BadPeerUrl(String),
-    /// openraft refused it: another change is still in progress, or the change would
-    /// leave no voter.
-    #[error("etcdserver: membership change refused: {0}")]
-    Refused(String),
-    #[error(transparent)]
-    Propose(#[from] ProposeError),
-}
-
-impl From<MembershipError> for tonic::Status {
-    /// etcd's gRPC codes; a proposal's failure maps as any request's does.
-    fn from(e: MembershipError) -> tonic::Status {
-        let code = match &e {
-            MembershipError::Propose(p) => return crate::error::ApiError::from(p.clone()).into(),
-            MembershipError::NotFound => tonic::Code::NotFound,
-            MembershipError::BadPeerUrl(_) => tonic::Code::InvalidArgument,
-            _ => tonic::Code::FailedPrecondition,
-        };
-        tonic::Status::new(code, e.to_string())
-    }
-}
 
 /// The members of `membership` (both halves of a joint configuration), by id.
 pub fn members_of(membership: &openraft::Membership<NodeId, Member>) -> Vec<MemberInfo> {
@@ -400,110 +333,9 @@ fn check_peer_url(url: &str) -> Result<(), MembershipError> {
     }
 }
 
-/// Who a member is: its own id and its cluster's. Kept in the data directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Identity {
-    pub member_id: NodeId,
-    pub cluster_id: u64,
-}
-
-const IDENTITY_FILE: &str = "member";
-
-impl Identity {
-    /// The identity saved in `data_dir`, if any.
-    pub fn load(disk: &dyn Disk, data_dir: &Path) -> Result<Option<Identity>, String> {
-        let path = data_dir.join(IDENTITY_FILE);
-        let text = match disk.read(&path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
-        };
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-                .ok_or_else(|| format!("{}: no valid {name} line", path.display()))
-        };
-        Ok(Some(Identity {
-            member_id: field("member_id")?,
-            cluster_id: field("cluster_id")?,
-        }))
-    }
-
-    /// Saves it durably in `data_dir` (a temporary file, synced, renamed over).
-    pub fn save(&self, disk: &dyn Disk, data_dir: &Path) -> Result<(), String> {
-        let path = data_dir.join(IDENTITY_FILE);
-        let tmp = data_dir.join(format!("{IDENTITY_FILE}.tmp"));
-        let text = format!(
-            "member_id={:x}\ncluster_id={:x}\n",
-            self.member_id, self.cluster_id
-        );
-        let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
-        disk.create_dir_all(data_dir)
-            .map_err(|e| io("creating the directory of", e))?;
-        let mut f = disk.create(&tmp).map_err(|e| io("creating", e))?;
-        f.write_all(text.as_bytes()).map_err(|e| io("writing", e))?;
-        f.sync_data().map_err(|e| io("syncing", e))?;
-        drop(f);
-        disk.rename(&tmp, &path).map_err(|e| io("renaming to", e))?;
-        disk.sync_dir(data_dir)
-            .map_err(|e| io("syncing the directory of", e))
-    }
-}
-
-pub use crate::config::DEFAULT_CLUSTER_TOKEN;
-
-/// etcd's cluster id for a cluster formed with `members` under `token` (etcd's
-/// `--initial-cluster-token`): the same on every founder, and different for two clusters
-/// whose members have the same names but whose tokens differ, so that their peer ports
-/// refuse each other's members.
-pub fn founding_cluster_id(members: &BTreeMap<NodeId, Member>, token: &str) -> u64 {
-    let seed = token.bytes().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    members
-        .keys()
-        .fold(seed, |h, id| (h ^ id).wrapping_mul(0x100_0000_01b3))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cluster_token_tells_clusters_of_the_same_names_apart() {
-        let founders: BTreeMap<NodeId, Member> = ["n1", "n2", "n3"]
-            .into_iter()
-            .map(|n| {
-                let m = Member {
-                    name: n.into(),
-                    peer_url: format!("http://{n}:2380"),
-                    client_url: String::new(),
-                };
-                (crate::types::member_id(n), m)
-            })
-            .collect();
-        let a = founding_cluster_id(&founders, DEFAULT_CLUSTER_TOKEN);
-        assert_eq!(a, founding_cluster_id(&founders, DEFAULT_CLUSTER_TOKEN));
-        assert_ne!(a, founding_cluster_id(&founders, "staging"));
-        let two: BTreeMap<_, _> = founders.into_iter().take(2).collect();
-        assert_ne!(a, founding_cluster_id(&two, DEFAULT_CLUSTER_TOKEN));
-    }
-
-    #[test]
-    fn identity_round_trips_through_its_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let disk = crate::disk::os_disk();
-        assert_eq!(Identity::load(disk.as_ref(), dir.path()), Ok(None));
-        let id = Identity {
-            member_id: 0xdead_beef,
-            cluster_id: 0x1234,
-        };
-        id.save(disk.as_ref(), dir.path()).expect("saved");
-        assert_eq!(Identity::load(disk.as_ref(), dir.path()), Ok(Some(id)));
-        std::fs::write(dir.path().join(IDENTITY_FILE), "member_id=zz\n").expect("write");
-        assert!(Identity::load(disk.as_ref(), dir.path()).is_err());
-    }
 
     #[test]
     fn a_new_member_id_avoids_taken_ones() {

@@ -20,8 +20,6 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::request_path::NodeCore;
-
 /// The content type of [`NodeMetrics::render`]'s text (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -125,7 +123,7 @@ impl NodeMetrics {
         )?;
         r.register(Box::new(version.clone()))?;
         version
-            .with_label_values(&[crate::etcd::ETCD_API_VERSION])
+            .with_label_values(&[crate::compat::ETCD_API_VERSION])
             .set(1);
 
         let grpc_labels = ["grpc_type", "grpc_service", "grpc_method"];
@@ -335,10 +333,10 @@ impl NodeMetrics {
         }
     }
 
-    /// The text exposition of every metric, after reading the scrape-time ones from
-    /// `core`.
-    pub fn render(&self, core: &NodeCore) -> String {
-        self.refresh(core);
+    /// The text exposition of every metric, after setting the scrape-time ones from
+    /// `now`.
+    pub fn render(&self, now: &Scrape) -> String {
+        self.refresh(now);
         let mut out = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             tracing::warn!("encoding metrics: {e}");
@@ -346,42 +344,54 @@ impl NodeMetrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
-    fn refresh(&self, core: &NodeCore) {
-        let raft = core.metrics();
-        self.has_leader
-            .set(i64::from(raft.current_leader.is_some()));
-        self.is_leader
-            .set(i64::from(raft.current_leader == Some(core.id())));
-        let applied_index = raft.last_applied.map_or(0, |l| l.index);
+    fn refresh(&self, now: &Scrape) {
+        self.has_leader.set(i64::from(now.has_leader));
+        self.is_leader.set(i64::from(now.is_leader));
         // openraft reports what this member knows to be committed only through what it
         // has applied, and the log's end; what is in the log past the applied index is
         // what is pending.
-        let last_log = raft.last_log_index.unwrap_or(0);
-        self.proposals_committed.set(applied_index as i64);
-        self.proposals_applied.set(applied_index as i64);
+        self.proposals_committed.set(now.applied_index as i64);
+        self.proposals_applied.set(now.applied_index as i64);
         self.proposals_pending
-            .set(last_log.saturating_sub(applied_index) as i64);
-        self.in_flight.set(core.in_flight_waiters() as i64);
+            .set(now.last_log_index.saturating_sub(now.applied_index) as i64);
+        self.in_flight.set(now.in_flight as i64);
 
-        self.db_total_size.set(core.db_size() as i64);
-        self.db_in_use.set(core.db_size() as i64);
-        let inner = core.applied().read();
-        let sm = &inner.sm;
-        self.keys.set(sm.kv().len() as i64);
-        self.current_revision.set(sm.revision());
-        self.compact_revision.set(sm.compacted_revision());
-        self.leases.set(sm.leases().len() as i64);
-        self.sessions.set(sm.sessions().len() as i64);
-        let stats = sm.stats();
-        self.duplicates.follow(stats.duplicates);
-        self.executed.follow(stats.executed);
-        for (counter, n) in self.session_errors.iter().zip(stats.rejected_by_kind) {
+        self.db_total_size.set(now.db_size as i64);
+        self.db_in_use.set(now.db_size as i64);
+        self.keys.set(now.keys as i64);
+        self.current_revision.set(now.revision);
+        self.compact_revision.set(now.compacted_revision);
+        self.leases.set(now.leases as i64);
+        self.sessions.set(now.sessions as i64);
+        self.duplicates.follow(now.stats.duplicates);
+        self.executed.follow(now.stats.executed);
+        for (counter, n) in self.session_errors.iter().zip(now.stats.rejected_by_kind) {
             counter.follow(n);
         }
-        let (saved, saved_bytes) = sm.sessions().saved_summary();
-        self.saved_replies.set(saved as i64);
-        self.saved_reply_bytes.set(saved_bytes as i64);
+        self.saved_replies.set(now.saved_replies as i64);
+        self.saved_reply_bytes.set(now.saved_reply_bytes as i64);
     }
+}
+
+/// The member's state the scrape-time metrics show, read at one moment by the node
+/// (which owns it) and handed to [`NodeMetrics::render`].
+#[derive(Debug, Clone, Default)]
+pub struct Scrape {
+    pub has_leader: bool,
+    pub is_leader: bool,
+    pub applied_index: u64,
+    pub last_log_index: u64,
+    /// Tracked requests being proposed through this member.
+    pub in_flight: usize,
+    pub db_size: u64,
+    pub keys: usize,
+    pub revision: i64,
+    pub compacted_revision: i64,
+    pub leases: usize,
+    pub sessions: usize,
+    pub stats: oncekv_core::Stats,
+    pub saved_replies: u64,
+    pub saved_reply_bytes: u64,
 }
 
 /// Labels of one gRPC call, from its path. Only the services this server registers get

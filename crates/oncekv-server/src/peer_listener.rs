@@ -3,7 +3,7 @@
 //!
 //! Connections are told apart by their first bytes: framed ones (see
 //! [`crate::peer_wire`]) are served in the connection's own task, the rest go to tonic
-//! with those bytes put back, where [`PeerService`] answers the same calls over gRPC.
+//! with those bytes put back, where `PeerService` answers the same calls over gRPC.
 //! Both end in one function, so a call means the same whichever way it came. The sending
 //! side, [`crate::peer_wire`] and [`crate::network`], needs nothing of the node.
 
@@ -17,7 +17,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufStream};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-use crate::forwarder::Forwarded;
+use crate::error::ProposeError;
+use crate::forwarder::{Forwarded, ForwardedReply};
 use crate::pb::oncekv::raft_server::Raft as RaftRpc;
 use crate::pb::oncekv::{ForwardReply, ForwardRequest, RaftReply, RaftRequest};
 use crate::peer_wire::{MAGIC, Method, OK};
@@ -244,7 +245,7 @@ async fn serve_peer_call(
                     "oncekv: only members of this cluster may forward requests",
                 ));
             }
-            encode(&core.serve_forwarded(req).await)
+            encode(&answer_forwarded(core, req).await)
         }
     }
 }
@@ -299,6 +300,52 @@ impl RaftRpc for PeerService {
         .await?
         .into();
         Ok(Response::new(ForwardReply { payload }))
+    }
+}
+
+/// Serves a request forwarded by a follower. Proposes only on this node: a forwarded
+/// request is never forwarded again.
+async fn answer_forwarded(core: &NodeCore, req: Forwarded) -> ForwardedReply {
+    match req {
+        Forwarded::ReadIndex => match core.read_index_for_follower().await {
+            Ok(index) => ForwardedReply::ReadIndex(index),
+            Err(e) => ForwardedReply::Error(e),
+        },
+        Forwarded::ProposeBatch(commands) => {
+            ForwardedReply::Responses(core.propose_forwarded(commands).await)
+        }
+        Forwarded::Publish {
+            id,
+            name,
+            client_url,
+        } => match core.publish_local(id, name, client_url).await {
+            Ok(changed) => ForwardedReply::Published { changed },
+            Err(e) => ForwardedReply::Error(e),
+        },
+        Forwarded::ChangeMembers(change) => {
+            ForwardedReply::Members(core.change_members_local(change).await)
+        }
+        Forwarded::Identify { peer_url } => ForwardedReply::Identified(core.identify(&peer_url)),
+        Forwarded::HashKv { revision } => {
+            ForwardedReply::HashKv(crate::fanout::hash_kv_when_applied(core, revision).await)
+        }
+        Forwarded::HoldElections { ms } => {
+            let raft = core.raft().clone();
+            raft.runtime_config().elect(false);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                raft.runtime_config().elect(true);
+            });
+            ForwardedReply::Done
+        }
+        Forwarded::Campaign => match core.raft().trigger().elect().await {
+            Ok(()) => ForwardedReply::Done,
+            Err(_) => ForwardedReply::Error(ProposeError::Stopped),
+        },
+        Forwarded::Health => ForwardedReply::Health(match crate::fanout::own_health(core).await {
+            Ok(()) => "ok".to_string(),
+            Err(reason) => reason,
+        }),
     }
 }
 

@@ -26,9 +26,9 @@ use openraft::RaftMetrics;
 
 use crate::config::NodeConfig;
 use crate::error::{ApiError, ProposeError};
-use crate::forwarder::{ForwardError, Forwarded, ForwardedReply, Forwarder, Identified};
+use crate::forwarder::{ForwardError, Forwarded, Forwarder, Identified};
+use crate::identity::Identity;
 use crate::log_store::{LogStore, TornTail};
-use crate::membership::Identity;
 use crate::metrics::{NodeMetrics, SharedMetrics};
 use crate::network::PeerChannels;
 use crate::pb::etcdserverpb::ResponseHeader;
@@ -80,7 +80,10 @@ pub struct NodeCore {
     /// The member's data on disk (snapshot file and live log), as last measured by the
     /// ticker: etcd's db size, which the space quota limits.
     db_size: std::sync::atomic::AtomicU64,
-    fanouts: crate::fanout::Fanouts,
+    /// Waiters of the questions asked of every member (the corruption check, cluster
+    /// health), each a quorum of every member's answer, told apart by `fanout_ids`.
+    fanouts: WaitingList<u64, String, String>,
+    fanout_ids: std::sync::atomic::AtomicU64,
     /// Set while this leader hands leadership over (MoveLeader): it proposes nothing.
     transferring: std::sync::atomic::AtomicBool,
     /// Membership changes running in their tasks here (see `NodeCore::change`); while
@@ -360,7 +363,8 @@ impl NodeCore {
             torn_tail,
             log,
             db_size: std::sync::atomic::AtomicU64::new(0),
-            fanouts: crate::fanout::Fanouts::new(),
+            fanouts: WaitingList::default(),
+            fanout_ids: std::sync::atomic::AtomicU64::new(0),
             transferring: std::sync::atomic::AtomicBool::new(false),
             changes_running: Arc::default(),
             published: tokio::sync::watch::Sender::new(false),
@@ -533,6 +537,30 @@ impl NodeCore {
             self.set_alarm(true, self.id, AlarmKind::NoSpace).await?;
         }
         Ok(())
+    }
+
+    /// What the scrape-time metrics show, read now.
+    pub fn scrape(&self) -> crate::metrics::Scrape {
+        let raft = self.metrics();
+        let inner = self.applied.read();
+        let sm = &inner.sm;
+        let (saved_replies, saved_reply_bytes) = sm.sessions().saved_summary();
+        crate::metrics::Scrape {
+            has_leader: raft.current_leader.is_some(),
+            is_leader: raft.current_leader == Some(self.id),
+            applied_index: raft.last_applied.map_or(0, |l| l.index),
+            last_log_index: raft.last_log_index.unwrap_or(0),
+            in_flight: self.in_flight_waiters(),
+            db_size: self.db_size(),
+            keys: sm.kv().len(),
+            revision: sm.revision(),
+            compacted_revision: sm.compacted_revision(),
+            leases: sm.leases().len(),
+            sessions: sm.sessions().len(),
+            stats: sm.stats(),
+            saved_replies,
+            saved_reply_bytes,
+        }
     }
 
     /// This member's Prometheus metrics.
@@ -853,61 +881,17 @@ impl NodeCore {
         Ok(inner.sm.range(req)?)
     }
 
-    /// Serves a request forwarded by a follower. Proposes only on this node: a forwarded
-    /// request is never forwarded again.
-    pub(crate) async fn serve_forwarded(&self, req: Forwarded) -> ForwardedReply {
-        match req {
-            Forwarded::ReadIndex => match self.read_index_via(&self.leader_reads).await {
-                Ok(index) => ForwardedReply::ReadIndex(index),
-                Err(e) => ForwardedReply::Error(e),
-            },
-            Forwarded::ProposeBatch(commands) => {
-                ForwardedReply::Responses(self.propose_forwarded(commands).await)
-            }
-            Forwarded::Publish {
-                id,
-                name,
-                client_url,
-            } => match self.publish_local(id, name, client_url).await {
-                Ok(changed) => ForwardedReply::Published { changed },
-                Err(e) => ForwardedReply::Error(e),
-            },
-            Forwarded::ChangeMembers(change) => {
-                ForwardedReply::Members(self.change_members_local(change).await)
-            }
-            Forwarded::Identify { peer_url } => {
-                ForwardedReply::Identified(self.identify(&peer_url))
-            }
-            Forwarded::HashKv { revision } => {
-                ForwardedReply::HashKv(self.hash_kv_when_applied(revision).await)
-            }
-            Forwarded::HoldElections { ms } => {
-                let raft = self.raft.clone();
-                raft.runtime_config().elect(false);
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    raft.runtime_config().elect(true);
-                });
-                ForwardedReply::Done
-            }
-            Forwarded::Campaign => match self.raft.trigger().elect().await {
-                Ok(()) => ForwardedReply::Done,
-                Err(_) => ForwardedReply::Error(ProposeError::Stopped),
-            },
-            Forwarded::Health => {
-                ForwardedReply::Health(match crate::fanout::own_health(self).await {
-                    Ok(()) => "ok".to_string(),
-                    Err(reason) => reason,
-                })
-            }
-        }
+    /// A read index for a follower's read: the leader's own round of confirmation,
+    /// shared with its clients' reads.
+    pub(crate) async fn read_index_for_follower(&self) -> Result<u64, ProposeError> {
+        self.read_index_via(&self.leader_reads).await
     }
 
     /// A follower's batch, on the leader. A tracked command whose request is already in
     /// flight here (a retry or hedge that went through another member) joins it instead of
     /// being proposed again; the others are proposed together, each visibly in flight
     /// until answered, so that copies arriving meanwhile join them in turn.
-    async fn propose_forwarded(
+    pub(crate) async fn propose_forwarded(
         &self,
         commands: Vec<Command>,
     ) -> Vec<Result<Response, ProposeError>> {
@@ -997,20 +981,6 @@ impl NodeCore {
         };
         self.measure_db_size();
         result
-    }
-
-    /// HashKV at `revision`, once this member has applied it (within the request
-    /// timeout).
-    async fn hash_kv_when_applied(&self, revision: i64) -> Result<u32, String> {
-        let mut applied = self.applied.subscribe_revision();
-        let reached = applied.wait_for(|r| *r >= revision);
-        match tokio::time::timeout(self.config.request_timeout, reached).await {
-            Ok(Ok(_)) => {}
-            _ => return Err(format!("revision {revision} not applied in time")),
-        }
-        crate::etcd::hash_kv(self, revision)
-            .map(|(hash, _, _)| hash)
-            .map_err(|e| e.to_string())
     }
 
     /// etcd's MoveLeader, on the leader: hands leadership to voter `target`, and returns
@@ -1219,8 +1189,16 @@ impl NodeCore {
         )
     }
 
-    /// The fan-outs (corruption check, cluster health) waiting for members' answers.
-    pub fn fanouts(&self) -> &crate::fanout::Fanouts {
+    /// The waiting list of the questions asked of every member, and a fresh id for one.
+    pub(crate) fn new_fanout(&self) -> (u64, &WaitingList<u64, String, String>) {
+        let id = self
+            .fanout_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (id, &self.fanouts)
+    }
+
+    /// The waiting list of the questions asked of every member.
+    pub(crate) fn fanouts(&self) -> &WaitingList<u64, String, String> {
         &self.fanouts
     }
 
@@ -1282,7 +1260,7 @@ impl NodeCore {
     /// On the leader: sets member `id`'s name and client URL, keeping its peer URL as the
     /// membership has them (a peer can change where clients find it, never where raft
     /// reaches it).
-    async fn publish_local(
+    pub(crate) async fn publish_local(
         &self,
         id: NodeId,
         name: String,

@@ -76,6 +76,13 @@ impl AsyncRuntime for OncekvRuntime {
     }
 }
 
+/// Resolves once the node is stopping (or gone): what ends a server, and every stream a
+/// client could otherwise hold open through the graceful shutdown. The channel's guard is
+/// dropped inside, so a task awaiting this stays `Send`.
+pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
 #[cfg(test)]
 mod tests {
     use rand::Rng;

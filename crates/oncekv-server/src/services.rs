@@ -91,13 +91,6 @@ pub fn client_incoming(
         .map(|conn| conn.map(oncekv_proto::authority::SchemeTolerant::new))
 }
 
-/// Resolves once the node is stopping (or gone): what ends a server, and every stream a
-/// client could otherwise hold open through the graceful shutdown. The channel's guard is
-/// dropped inside, so a task awaiting this stays `Send`.
-pub(crate) async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 /// Serves the etcd-compatible API and the Session service on `incoming` connections
 /// until `stop`.
 pub async fn serve_clients<S, IO>(core: Arc<NodeCore>, incoming: S, stop: watch::Receiver<bool>)
@@ -159,7 +152,7 @@ where
             metrics: core.node_metrics().clone(),
         })
         .add_routes(routes.into())
-        .serve_with_incoming_shutdown(incoming, stopped(stop))
+        .serve_with_incoming_shutdown(incoming, crate::runtime::stopped(stop))
         .await;
     if let Err(e) = result {
         tracing::error!("client server stopped: {e}");
@@ -176,7 +169,7 @@ fn health_service(
 ) -> tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health> {
     let (mut reporter, service) = tonic_health::server::health_reporter();
     tokio::spawn(async move {
-        stopped(stop).await;
+        crate::runtime::stopped(stop).await;
         reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
@@ -208,7 +201,7 @@ where
         .add_service(service)
         .serve_with_incoming_shutdown(
             crate::peer_listener::split(incoming, split_core, stop.clone()),
-            stopped(stop),
+            crate::runtime::stopped(stop),
         )
         .await;
     if let Err(e) = result {

@@ -32,7 +32,7 @@ use openraft::{CommittedLeaderId, Membership, StoredMembership};
 use sha2::Digest;
 
 use crate::disk::{Disk, write_atomically};
-use crate::membership::{Identity, founding_cluster_id};
+use crate::identity::{Identity, founding_cluster_id};
 use crate::sm_store::{
     Applied, SNAPSHOT_FILE, SnapshotFile, decode_snapshot_file, encode_snapshot_file,
 };

@@ -186,7 +186,7 @@ impl Election for ElectionService {
             // At the stop, dropping `tx` ends the client's stream.
             let end = tokio::select! {
                 end = observe(&node, &r.name, first, revision, &tx) => end,
-                () = crate::services::stopped(stop) => Ok(()),
+                () = crate::runtime::stopped(stop) => Ok(()),
             };
             if let Err(status) = end {
                 let _ = tx.send(Err(status)).await;

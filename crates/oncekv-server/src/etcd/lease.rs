@@ -98,7 +98,7 @@ impl Lease for LeaseService {
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
         let incoming = request
             .into_inner()
-            .take_until(crate::services::stopped(self.stop.clone()));
+            .take_until(crate::runtime::stopped(self.stop.clone()));
         // One response per request, in order. A lease that is gone answers TTL 0, as etcd
         // does, rather than ending the stream.
         let out = incoming.then(move |req| {

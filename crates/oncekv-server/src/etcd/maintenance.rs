@@ -7,15 +7,13 @@ use oncekv_core::AlarmKind;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 
-use super::convert;
 use crate::auth::{Caller, Need};
+pub use crate::compat::{ETCD_API_VERSION, alarm_name};
 use crate::error::ApiError;
+pub use crate::fanout::hash_kv;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::maintenance_server::Maintenance;
 use crate::request_path::NodeCore;
-
-/// The etcd version oncekv reports: the API level it is compatible with.
-pub const ETCD_API_VERSION: &str = "3.4.0";
 
 /// Snapshot stream chunks (etcd sends 32 KiB).
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
@@ -23,43 +21,6 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 #[derive(Debug, Clone)]
 pub struct MaintenanceService {
     pub node: Arc<NodeCore>,
-}
-
-/// etcd's name of an alarm type.
-pub fn alarm_name(alarm: AlarmKind) -> &'static str {
-    match alarm {
-        AlarmKind::NoSpace => "NOSPACE",
-        AlarmKind::Corrupt => "CORRUPT",
-    }
-}
-
-/// HashKV's digest of the keys as of `revision` (0: the newest), with the compacted
-/// revision: a CRC-32 over every key's name, value, revisions, version and lease, in key
-/// order. Members that applied the same history give the same hash at the same revision,
-/// whatever else (sessions, timing) differs.
-pub fn hash_kv(node: &NodeCore, revision: i64) -> Result<(u32, i64, i64), ApiError> {
-    let req = convert::range_request(&pb::RangeRequest {
-        key: vec![0].into(),
-        range_end: vec![0].into(),
-        revision,
-        ..Default::default()
-    })?;
-    let inner = node.applied().read();
-    let (current, resp) = inner.sm.range(&req)?;
-    let compacted = inner.sm.compacted_revision();
-    drop(inner);
-    let mut h = crc32fast::Hasher::new();
-    for kv in &resp.kvs {
-        h.update(&(kv.key.len() as u64).to_le_bytes());
-        h.update(&kv.key);
-        h.update(&(kv.value.len() as u64).to_le_bytes());
-        h.update(&kv.value);
-        for n in [kv.create_revision, kv.mod_revision, kv.version, kv.lease] {
-            h.update(&n.to_le_bytes());
-        }
-    }
-    let at = if revision > 0 { revision } else { current };
-    Ok((h.finalize(), compacted, at))
 }
 
 #[tonic::async_trait]
