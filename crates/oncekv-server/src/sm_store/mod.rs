@@ -6,7 +6,7 @@
 //! openraft re-applies the log after it. A snapshot file is written to a temporary name,
 //! fsynced, renamed over the old one and the directory fsynced, so a crash leaves either the
 //! old or the new snapshot, never a torn one; a checksum catches anything else. The file's
-//! bytes are [`snapshot_file`]'s.
+//! bytes are `snapshot_file`'s.
 
 mod snapshot_file;
 

@@ -209,8 +209,9 @@ pub fn export(sm: &StateMachine, members: &BTreeMap<NodeId, Member>, image: &[u8
     b
 }
 
-/// [`export`] written straight into a database file in `out`: the pairs are made one at a
-/// time and written as pages fill, so no copy of the state is gathered in memory.
+/// The buckets `export` gathers, written straight into a database file in `out`: the pairs
+/// are made one at a time and written as pages fill, so no copy of the state is gathered in
+/// memory.
 pub fn export_db<W: std::io::Write + std::io::Seek>(
     sm: &StateMachine,
     members: &BTreeMap<NodeId, Member>,
