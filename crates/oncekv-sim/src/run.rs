@@ -1,18 +1,22 @@
 //! One simulation run: a seeded turmoil world with real oncekv nodes and clients, the
 //! fault schedule applied between steps, and the checkers at the end.
+//!
+//! Here: the options, the report and the run itself. A node's host is in [`hosts`], the
+//! faults as the driver applies them in [`world`].
+
+mod hosts;
+mod world;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use oncekv_core::Settings;
+use oncekv_server::Member;
 use oncekv_server::request_path::NodeCore;
-use oncekv_server::runtime::{Clock, seed_thread_rng};
-use oncekv_server::transport::{MessageKind, NodeTransport};
-use oncekv_server::{Member, Node, NodeConfig};
+use oncekv_server::runtime::seed_thread_rng;
+use oncekv_server::transport::MessageKind;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -28,9 +32,8 @@ use crate::trace::Trace;
 use crate::trap::CommitTrap;
 use crate::watchers::{self, WatcherPlan};
 use crate::workload::{self, ClientPlan, History};
-
-/// Cluster time starts here (a fixed epoch, so traces do not depend on the wall clock).
-const EPOCH_MS: i64 = 1_700_000_000_000;
+use hosts::{EPOCH_MS, NodeCtx, client_name, lock, locker_name, node_name, run_node};
+use world::World;
 
 /// Mechanisms the simulated server can be told to lose (to prove the checkers catch it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -121,106 +124,6 @@ impl Report {
     }
 }
 
-/// Everything a node's host needs, cloned into its (re)start closure.
-#[derive(Clone)]
-struct NodeCtx {
-    index: usize,
-    members: Vec<Member>,
-    disk: Arc<MemDisk>,
-    observer: Arc<ReplicaObserver>,
-    clock_offset: Arc<AtomicI64>,
-    cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>>,
-    snapshot_count: u64,
-    /// Leader-lease reads on every member (odd seeds): the linearizability checker then
-    /// covers reads served under a lease, across crashes and partitions.
-    lease_reads: bool,
-    /// [`Breaks::durability_gates`].
-    break_gates: bool,
-    settings: Settings,
-    trace: Trace,
-    net: Net,
-    duplicates: Arc<Duplicates>,
-    /// Set while the node was wiped and added back: its next start joins the running
-    /// cluster instead of founding one.
-    joining: Arc<std::sync::atomic::AtomicBool>,
-    /// Turns true when the driver stops the node cleanly ([`Action::StopLeader`]).
-    stop: tokio::sync::watch::Receiver<bool>,
-}
-
-fn node_name(i: usize) -> String {
-    format!("n{i}")
-}
-
-fn client_name(c: usize) -> String {
-    format!("c{c}")
-}
-
-fn locker_name(l: usize) -> String {
-    format!("l{l}")
-}
-
-async fn run_node(ctx: NodeCtx) -> turmoil::Result {
-    let name = node_name(ctx.index);
-    let ip = turmoil::lookup(name.as_str());
-    let offset = ctx.clock_offset.clone();
-    let clock = Clock::new(move || {
-        let now = turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as i64);
-        (EPOCH_MS + now + offset.load(Ordering::Relaxed)).max(0) as u64
-    });
-    let mut config = NodeConfig::new(
-        name.clone(),
-        PathBuf::from(format!("/data/{name}")),
-        SocketAddr::new(ip, CLIENT_PORT),
-        SocketAddr::new(ip, PEER_PORT),
-        ctx.members.clone(),
-    );
-    config.heartbeat_ms = 50;
-    config.election_timeout_ms = 300;
-    config.request_timeout = Duration::from_secs(2);
-    config.snapshot_count = ctx.snapshot_count;
-    config.leader_lease_reads = ctx.lease_reads;
-    config.settings = ctx.settings;
-    config.clock = clock;
-    config.disk = ctx.disk.clone();
-    config.observer = Some(ctx.observer.clone());
-    config.break_durability_gates = ctx.break_gates;
-    if ctx.joining.load(Ordering::Acquire) {
-        config.initial_cluster_state = oncekv_server::config::ClusterState::Existing;
-    }
-    // A member joining a running cluster cannot start until the cluster lists it (the
-    // admin's MemberAdd may not have committed yet): like a supervised process, it tries
-    // again after a while. Any other start error is a failure of the run.
-    let node = loop {
-        let transport = NodeTransport {
-            clients: ctx.net.listen(&name, CLIENT_PORT).await?,
-            peers: ctx.net.listen(&name, PEER_PORT).await?,
-            connector: ctx.net.connector(&name),
-            duplicator: Some(ctx.duplicates.clone()),
-        };
-        match Node::start_with_transport(config.clone(), transport).await {
-            Ok(node) => break node,
-            Err(e @ oncekv_server::error::StartError::Join { .. }) => {
-                ctx.trace.line(format!("{name} could not join yet: {e}"));
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(e) => return Err(format!("{name} failed to start: {e}").into()),
-        }
-    };
-    ctx.trace.line(format!("{name} started"));
-    if let Some(slot) = lock(&ctx.cores).get_mut(ctx.index) {
-        *slot = Some(node.core.clone());
-    }
-    // Runs until the driver asks for a clean stop, then stops as `oncekv dev` does on
-    // SIGTERM (no hand-over) and ends the host's software; the repair starts it again.
-    let mut stop = ctx.stop.clone();
-    if stop.wait_for(|stop| *stop).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-    node.halt().await;
-    ctx.trace.line(format!("{name} stopped cleanly"));
-    Ok(())
-}
-
 /// The message a panic carried, if it was a string.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     if let Some(s) = panic.downcast_ref::<&str>() {
@@ -230,10 +133,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     } else {
         "a panic without a message"
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Puts tokio's task numbering at the same place, modulo 4, before every seed.
@@ -601,267 +500,5 @@ pub fn run(seed: u64, opts: &Options) -> Report {
             .flat_map(|a| &a.writes)
             .filter(|(_, o)| *o == lockers::WriteOutcome::Refused)
             .count(),
-    }
-}
-
-/// The driver's handle on the simulated world between steps.
-struct World {
-    nodes: usize,
-    clients: usize,
-    lockers: usize,
-    crashed: Vec<bool>,
-    /// Nodes removed and not yet started again to join: a heal leaves them down.
-    replacing: Vec<bool>,
-    /// Whether the admin host exists (the schedule replaces a member).
-    admin: bool,
-    joining: Vec<Arc<std::sync::atomic::AtomicBool>>,
-    /// Per node: set to ask it for a clean stop; cleared before it starts again.
-    stops: Vec<tokio::sync::watch::Sender<bool>>,
-    /// Nodes stopped cleanly and not started again.
-    stopped: Vec<bool>,
-    /// Replacements for the admin host to carry out.
-    jobs: Arc<Mutex<Vec<membership::Replacement>>>,
-    requests: membership::Requests,
-    disks: Vec<Arc<MemDisk>>,
-    offsets: Vec<Arc<AtomicI64>>,
-    cores: Arc<Mutex<Vec<Option<Arc<NodeCore>>>>>,
-    trace: Trace,
-    net: Net,
-    duplicates: Arc<Duplicates>,
-    trap: Arc<CommitTrap>,
-    /// Actions applied, by kind.
-    applied: BTreeMap<&'static str, u64>,
-}
-
-impl World {
-    fn leader(&self) -> Option<usize> {
-        let cores = lock(&self.cores);
-        cores
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
-            .filter(|(i, c)| !self.crashed[*i] && c.leader() == Some(c.id()))
-            .max_by_key(|(_, c)| c.term())
-            .map(|(i, _)| i)
-    }
-
-    fn term_of(&self, n: usize) -> u64 {
-        lock(&self.cores)
-            .get(n)
-            .and_then(|c| c.as_ref().map(|c| c.term()))
-            .unwrap_or(0)
-    }
-
-    fn all_hosts(&self) -> Vec<String> {
-        (0..self.nodes)
-            .map(node_name)
-            .chain((0..self.clients).map(client_name))
-            .chain((0..self.lockers).map(locker_name))
-            .chain(self.admin.then(|| membership::ADMIN.to_string()))
-            .collect()
-    }
-
-    /// Does what the admin host asked of the driver: take a removed node down and wipe
-    /// its disk, or start it again to join.
-    fn serve_admin(&mut self, sim: &mut turmoil::Sim<'_>, rng: &mut StdRng) {
-        use membership::Phase;
-        let mut requests = lock(&self.requests);
-        for (node, phase) in requests.iter_mut() {
-            let n = *node;
-            let now = sim.elapsed().as_millis();
-            match phase {
-                Phase::WipeRequested => {
-                    if !self.crashed[n] {
-                        sim.crash(node_name(n));
-                        self.disks[n].crash(rng);
-                        self.crashed[n] = true;
-                    }
-                    self.disks[n].wipe();
-                    self.replacing[n] = true;
-                    self.joining[n].store(true, Ordering::Release);
-                    if let Some(slot) = lock(&self.cores).get_mut(n) {
-                        *slot = None;
-                    }
-                    self.trace.at(now, format!("n{n} taken down and wiped"));
-                    *phase = Phase::Wiped;
-                }
-                Phase::StartRequested => {
-                    self.stops[n].send_replace(false);
-                    sim.bounce(node_name(n));
-                    self.crashed[n] = false;
-                    self.replacing[n] = false;
-                    self.trace.at(now, format!("n{n} starting to join"));
-                    *phase = Phase::Started;
-                }
-                Phase::Wiped | Phase::Started => {}
-            }
-        }
-    }
-
-    /// Crashes node `n` (its unsynced writes are lost); `None` if it is down already.
-    /// Returns the bytes lost.
-    fn crash(&mut self, sim: &mut turmoil::Sim<'_>, n: usize, rng: &mut StdRng) -> Option<u64> {
-        if self.crashed[n] {
-            return None;
-        }
-        sim.crash(node_name(n));
-        let lost = self.disks[n].crash(rng);
-        self.crashed[n] = true;
-        if let Some(slot) = lock(&self.cores).get_mut(n) {
-            *slot = None;
-        }
-        Some(lost)
-    }
-
-    fn apply(&mut self, sim: &mut turmoil::Sim<'_>, action: &Action, rng: &mut StdRng) {
-        let now = sim.elapsed().as_millis();
-        let mut note = format!("fault {action:?}");
-        *self.applied.entry(action.kind()).or_default() += 1;
-        match action {
-            Action::Partition { side, drop } => {
-                for &a in side {
-                    for b in (0..self.nodes).filter(|b| !side.contains(b)) {
-                        if *drop {
-                            self.net.cut_both(&node_name(a), &node_name(b));
-                        } else {
-                            sim.hold(node_name(a), node_name(b));
-                        }
-                    }
-                }
-            }
-            Action::OneWay { from, to } => self.net.cut(&node_name(*from), &node_name(*to)),
-            Action::IsolateLeader => match self.leader() {
-                Some(l) => {
-                    note = format!("fault IsolateLeader n{l}");
-                    // Cut between nodes; held towards clients, whose replies arrive late.
-                    for n in (0..self.nodes).filter(|n| *n != l) {
-                        self.net.cut_both(&node_name(l), &node_name(n));
-                    }
-                    for c in 0..self.clients {
-                        sim.hold(node_name(l), client_name(c));
-                    }
-                }
-                None => note = "fault IsolateLeader (no leader)".to_string(),
-            },
-            Action::Hold { a, b } => sim.hold(node_name(*a), node_name(*b)),
-            Action::Lossy { rate_per_mille } => self.net.set_loss(*rate_per_mille),
-            Action::BlackHole {
-                node,
-                other,
-                client,
-            } => {
-                let other = if *client {
-                    client_name(*other)
-                } else {
-                    node_name(*other)
-                };
-                self.net.black_hole(&node_name(*node), &other);
-            }
-            Action::Duplicate { rate_per_mille } => self.duplicates.set_rate(*rate_per_mille),
-            Action::IsolateLeaderAtCommit { hold_ms } => self.trap.arm(*hold_ms),
-            Action::Crash { node } => {
-                if let Some(lost) = self.crash(sim, *node, rng) {
-                    note = format!("fault Crash n{node}, lost {lost} unsynced bytes");
-                }
-            }
-            Action::SlowLeaderDisk { sync_ms } => match self.leader() {
-                Some(l) => {
-                    self.disks[l].set_sync_delay(*sync_ms);
-                    note = format!("fault SlowLeaderDisk n{l}, {sync_ms} ms per log write");
-                }
-                None => note = "fault SlowLeaderDisk (no leader)".to_string(),
-            },
-            Action::CrashLeader => match self.leader() {
-                Some(l) => {
-                    if let Some(lost) = self.crash(sim, l, rng) {
-                        note = format!("fault CrashLeader n{l}, lost {lost} unsynced bytes");
-                    }
-                }
-                None => note = "fault CrashLeader (no leader)".to_string(),
-            },
-            Action::StopLeader => match self.leader() {
-                Some(l) => {
-                    // Down from now on for the driver (a crash meanwhile is a no-op); the
-                    // node itself halts over the next steps and ends.
-                    self.stops[l].send_replace(true);
-                    self.stopped[l] = true;
-                    self.crashed[l] = true;
-                    if let Some(slot) = lock(&self.cores).get_mut(l) {
-                        *slot = None;
-                    }
-                    note = format!("fault StopLeader n{l}");
-                }
-                None => note = "fault StopLeader (no leader)".to_string(),
-            },
-            Action::ClockJump { node, by_ms } => {
-                self.offsets[*node].fetch_add(*by_ms, Ordering::Relaxed);
-            }
-            Action::PauseClient { client } => {
-                // Locker i shares a host with client i: a pause stops both, so a holder's
-                // keep-alives stop too and its lock can be lost while it still believes
-                // it holds it (what fencing tokens are for).
-                let locker = (*client < self.lockers).then(|| locker_name(*client));
-                for n in 0..self.nodes {
-                    sim.hold(client_name(*client), node_name(n));
-                    if let Some(l) = &locker {
-                        sim.hold(l.as_str(), node_name(n));
-                    }
-                }
-            }
-            Action::ReplaceMember { leader } => {
-                let target = if *leader {
-                    self.leader()
-                } else {
-                    let leader = self.leader();
-                    (0..self.nodes)
-                        .find(|n| Some(*n) != leader && !self.crashed[*n] && !self.replacing[*n])
-                };
-                let id = target.and_then(|n| {
-                    lock(&self.cores)
-                        .get(n)
-                        .and_then(|c| c.as_ref().map(|c| c.id()))
-                });
-                match (target, id) {
-                    (Some(node), Some(id)) if !self.replacing.iter().any(|r| *r) => {
-                        lock(&self.jobs).push(membership::Replacement { node, id });
-                        note = format!("fault ReplaceMember n{node} ({id:x})");
-                    }
-                    _ => note = "fault ReplaceMember (no member to replace now)".to_string(),
-                }
-            }
-            Action::Heal => {
-                self.net.heal();
-                for disk in &self.disks {
-                    disk.set_sync_delay(0);
-                }
-                self.duplicates.set_rate(0);
-                self.trap.disarm();
-                let hosts = self.all_hosts();
-                for (i, a) in hosts.iter().enumerate() {
-                    for b in &hosts[i + 1..] {
-                        sim.release(a.as_str(), b.as_str());
-                    }
-                }
-                for n in 0..self.nodes {
-                    if self.stopped[n] {
-                        // Stopped cleanly, then the machine loses power: whatever the
-                        // stop left unsynced goes (nothing, if it closed the log as it
-                        // should; then the log's clean-stop mark is there too).
-                        self.stopped[n] = false;
-                        if !self.crashed[n] || self.replacing[n] {
-                            continue;
-                        }
-                        let lost = self.disks[n].crash(rng);
-                        note.push_str(&format!("; n{n}'s disk lost {lost} unsynced bytes"));
-                    }
-                    if self.crashed[n] && !self.replacing[n] {
-                        self.stops[n].send_replace(false);
-                        sim.bounce(node_name(n));
-                        self.crashed[n] = false;
-                    }
-                }
-            }
-        }
-        self.trace.at(now, note);
     }
 }
