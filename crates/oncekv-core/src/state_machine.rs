@@ -6,7 +6,7 @@
 //! entry is applied, before its commands run.
 //!
 //! This module decides which commands run and keeps the state; what an op does to the
-//! keys and leases is in [`exec`].
+//! keys and leases is in its submodule `exec`.
 
 mod exec;
 

@@ -1,8 +1,8 @@
 //! One simulation run: a seeded turmoil world with real oncekv nodes and clients, the
 //! fault schedule applied between steps, and the checkers at the end.
 //!
-//! Here: the options, the report and the run itself. A node's host is in [`hosts`], the
-//! faults as the driver applies them in [`world`].
+//! Here: the options, the report and the run itself. A node's host is in the submodule
+//! `hosts`, the faults as the driver applies them in `world`.
 
 mod hosts;
 mod world;
