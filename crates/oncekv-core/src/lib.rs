@@ -8,6 +8,15 @@
 //! - [`RequestTracker`] numbers a client's requests (the client half of the protocol).
 //! - [`waiting_list::WaitingList`] parks requests until their entry is applied.
 //!
+//! # Layers
+//!
+//! A module imports only modules named before it here: `auth`, `lease`, `encoding`,
+//! `tracker` and `waiting_list` import none; then `command` (the log's and the API's
+//! types); `fingerprint`, `session` and `value` (what the store keeps for a key); `history`
+//! (older revisions); `kv` (the current keys); `txn`; `state_machine` (with `exec`, what an
+//! op does to the keys and leases); and `snapshot` on top. `scripts/check-import-circles`
+//! fails on a circle.
+//!
 //! # A duplicate is absorbed
 //!
 //! A client registers, puts once, loses the reply and retries with the same seq: the
