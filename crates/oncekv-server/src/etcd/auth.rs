@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use oncekv_core::{AuthCommand, AuthError, Command, PermKind, Permission, Response as Core};
+use oncekv_core::{AuthCommand, AuthError, PermKind, Permission};
 use rand::RngCore;
 use tonic::{Request, Response, Status};
 
@@ -43,16 +43,8 @@ impl AuthService {
 
     /// Proposes `command` (the caller already checked).
     async fn commit(&self, command: AuthCommand) -> Result<Option<pb::ResponseHeader>, Status> {
-        match self
-            .node
-            .propose(Command::Auth(command))
-            .await
-            .map_err(ApiError::from)?
-        {
-            Core::Auth(Ok(())) => Ok(self.header()),
-            Core::Auth(Err(e)) => Err(ApiError::from(e).into()),
-            other => Err(ApiError::Internal(format!("{other:?}")).into()),
-        }
+        self.node.propose_auth(command).await?;
+        Ok(self.header())
     }
 
     async fn admin_or_self<T>(

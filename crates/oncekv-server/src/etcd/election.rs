@@ -13,8 +13,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use oncekv_core::{
     Compare, CompareResult, CompareTarget, DeleteRangeRequest, EnqueueRequest, EventKind, KeyRange,
-    KeyValue, Op, OpError, OpResponse, PutRequest, RangeRequest, ReadLimit, RequestOp, SortOrder,
-    SortTarget, TxnRequest,
+    KeyValue, Op, OpError, PutRequest, RangeRequest, ReadLimit, RequestOp, SortOrder, SortTarget,
+    TxnRequest,
 };
 use oncekv_proto::SessionMeta;
 use tokio::sync::{mpsc, watch};
@@ -29,7 +29,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::pb::v3electionpb as pb;
 use crate::pb::v3electionpb::election_server::Election;
-use crate::request_path::NodeCore;
+use crate::request_path::{Answered, NodeCore};
 
 /// etcd's messages for the election calls (`concurrency.ErrElectionNotLeader`,
 /// `ErrElectionNoLeader`, `v3election.ErrMissingLeaderKey`). etcd's server returns them as
@@ -140,14 +140,13 @@ impl Election for ElectionService {
         });
         let op = Op::Txn(guarded(&leader.key, leader.rev, put));
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::Txn(t) if t.succeeded => Ok(Response::new(pb::ProclaimResponse {
-                header: self.node.header(reply.revision),
-            })),
-            OpResponse::Txn(_) => Err(Status::unknown(NOT_LEADER)),
-            other => Err(ApiError::Internal(format!("{other:?}")).into()),
+        let done: Answered<oncekv_core::TxnResponse> = self.node.execute_as(op, meta).await?;
+        if !done.answer.succeeded {
+            return Err(Status::unknown(NOT_LEADER));
         }
+        Ok(Response::new(pb::ProclaimResponse {
+            header: self.node.header(done.revision),
+        }))
     }
 
     async fn leader(
@@ -206,14 +205,11 @@ impl Election for ElectionService {
         let leader = leader_key(r.leader)?;
         let op = resign_op(&leader.key, leader.rev);
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
         // Not leading (any more) is no error: etcd answers the header either way.
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::Txn(_) => Ok(Response::new(pb::ResignResponse {
-                header: self.node.header(reply.revision),
-            })),
-            other => Err(ApiError::Internal(format!("{other:?}")).into()),
-        }
+        let done: Answered<oncekv_core::TxnResponse> = self.node.execute_as(op, meta).await?;
+        Ok(Response::new(pb::ResignResponse {
+            header: self.node.header(done.revision),
+        }))
     }
 }
 

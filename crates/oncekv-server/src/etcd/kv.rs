@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use oncekv_core::{Op, OpResponse, validate_txn};
+use oncekv_core::{self as core, Op, validate_txn};
 use tonic::{Request, Response, Status};
 
 use super::convert;
@@ -10,16 +10,12 @@ use crate::auth::{Caller, Need};
 use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::kv_server::Kv;
-use crate::request_path::NodeCore;
+use crate::request_path::{Answered, Compacted, NodeCore};
 use oncekv_proto::SessionMeta;
 
 #[derive(Debug, Clone)]
 pub struct KvService {
     pub node: Arc<NodeCore>,
-}
-
-fn unexpected(r: OpResponse) -> Status {
-    ApiError::Internal(format!("{r:?}")).into()
 }
 
 #[tonic::async_trait]
@@ -52,14 +48,11 @@ impl Kv for KvService {
         self.node.check_size(&r)?;
         let op = Op::Put(convert::put_request(r));
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::Put(p) => Ok(Response::new(convert::put_response(
-                p,
-                self.node.header(reply.revision),
-            ))),
-            other => Err(unexpected(other)),
-        }
+        let done: Answered<core::PutResponse> = self.node.execute_as(op, meta).await?;
+        Ok(Response::new(convert::put_response(
+            done.answer,
+            self.node.header(done.revision),
+        )))
     }
 
     async fn delete_range(
@@ -72,14 +65,11 @@ impl Kv for KvService {
         self.node.check_size(&r)?;
         let op = Op::DeleteRange(convert::delete_request(r));
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::DeleteRange(d) => Ok(Response::new(convert::delete_response(
-                d,
-                self.node.header(reply.revision),
-            ))),
-            other => Err(unexpected(other)),
-        }
+        let done: Answered<core::DeleteRangeResponse> = self.node.execute_as(op, meta).await?;
+        Ok(Response::new(convert::delete_response(
+            done.answer,
+            self.node.header(done.revision),
+        )))
     }
 
     async fn txn(
@@ -94,14 +84,11 @@ impl Kv for KvService {
         validate_txn(&txn, self.node.config().max_txn_ops).map_err(ApiError::from)?;
         let op = Op::Txn(txn);
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::Txn(t) => Ok(Response::new(convert::txn_response(
-                t,
-                self.node.header(reply.revision),
-            ))),
-            other => Err(unexpected(other)),
-        }
+        let done: Answered<core::TxnResponse> = self.node.execute_as(op, meta).await?;
+        Ok(Response::new(convert::txn_response(
+            done.answer,
+            self.node.header(done.revision),
+        )))
     }
 
     async fn compact(
@@ -121,12 +108,9 @@ impl Kv for KvService {
             revision: r.revision,
         };
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::Compact => Ok(Response::new(pb::CompactionResponse {
-                header: self.node.header(reply.revision),
-            })),
-            other => Err(unexpected(other)),
-        }
+        let done: Answered<Compacted> = self.node.execute_as(op, meta).await?;
+        Ok(Response::new(pb::CompactionResponse {
+            header: self.node.header(done.revision),
+        }))
     }
 }

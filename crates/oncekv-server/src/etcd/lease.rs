@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use oncekv_core::{Op, OpError, OpResponse};
+use oncekv_core::{Op, OpError};
 use tokio::sync::watch;
 use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -13,7 +13,7 @@ use crate::auth::{Caller, Need};
 use crate::error::ApiError;
 use crate::pb::etcdserverpb as pb;
 use crate::pb::etcdserverpb::lease_server::Lease;
-use crate::request_path::NodeCore;
+use crate::request_path::{Answered, LeaseGranted, LeaseKept, LeaseRevoked, NodeCore, answer};
 use oncekv_proto::SessionMeta;
 
 #[derive(Debug, Clone)]
@@ -38,16 +38,13 @@ impl Lease for LeaseService {
             ttl: r.ttl,
         };
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::LeaseGrant { id, ttl } => Ok(Response::new(pb::LeaseGrantResponse {
-                header: self.node.header(reply.revision),
-                id,
-                ttl,
-                error: String::new(),
-            })),
-            other => Err(ApiError::Internal(format!("{other:?}")).into()),
-        }
+        let granted: Answered<LeaseGranted> = self.node.execute_as(op, meta).await?;
+        Ok(Response::new(pb::LeaseGrantResponse {
+            header: self.node.header(granted.revision),
+            id: granted.answer.id,
+            ttl: granted.answer.ttl,
+            error: String::new(),
+        }))
     }
 
     async fn lease_revoke(
@@ -77,10 +74,9 @@ impl Lease for LeaseService {
                 .authorize_tracked(&caller, &needs, meta.as_ref())
                 .await?;
         }
-        let reply = self.node.execute(op, meta).await?;
-        reply.result.map_err(ApiError::from)?;
+        let revoked: Answered<LeaseRevoked> = self.node.execute_as(op, meta).await?;
         Ok(Response::new(pb::LeaseRevokeResponse {
-            header: self.node.header(reply.revision),
+            header: self.node.header(revoked.revision),
         }))
     }
 
@@ -110,10 +106,8 @@ impl Lease for LeaseService {
                     .execute(Op::LeaseKeepAlive { id: req.id }, meta)
                     .await?;
                 let ttl = match reply.result {
-                    Ok(OpResponse::LeaseKeepAlive { ttl, .. }) => ttl,
                     Err(OpError::LeaseNotFound) => 0,
-                    Ok(other) => return Err(ApiError::Internal(format!("{other:?}")).into()),
-                    Err(e) => return Err(ApiError::from(e).into()),
+                    result => answer::<LeaseKept>(result)?.ttl,
                 };
                 Ok(pb::LeaseKeepAliveResponse {
                     header: node.header(reply.revision),

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use oncekv_core::{DeleteRangeRequest, EnqueueRequest, KeyRange, Op, OpResponse};
+use oncekv_core::{DeleteRangeRequest, DeleteRangeResponse, EnqueueRequest, KeyRange, Op};
 use oncekv_proto::SessionMeta;
 use tonic::{Request, Response, Status};
 
@@ -21,7 +21,7 @@ use crate::auth::{Caller, Need};
 use crate::error::ApiError;
 use crate::pb::v3lockpb as pb;
 use crate::pb::v3lockpb::lock_server::Lock;
-use crate::request_path::NodeCore;
+use crate::request_path::{Answered, NodeCore};
 
 #[derive(Debug, Clone)]
 pub struct LockService {
@@ -90,12 +90,9 @@ impl Lock for LockService {
         self.node.check_size(&r)?;
         let op = delete_key(r.key);
         self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let reply = self.node.execute(op, meta).await?;
-        match reply.result.map_err(ApiError::from)? {
-            OpResponse::DeleteRange(_) => Ok(Response::new(pb::UnlockResponse {
-                header: self.node.header(reply.revision),
-            })),
-            other => Err(ApiError::Internal(format!("{other:?}")).into()),
-        }
+        let deleted: Answered<DeleteRangeResponse> = self.node.execute_as(op, meta).await?;
+        Ok(Response::new(pb::UnlockResponse {
+            header: self.node.header(deleted.revision),
+        }))
     }
 }

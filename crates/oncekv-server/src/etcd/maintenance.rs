@@ -213,6 +213,11 @@ impl Maintenance for MaintenanceService {
         // deactivating a type other than NOSPACE and CORRUPT changes nothing and is not an
         // error (etcd-client's own tests deactivate NONE).
         let every_type = r.alarm == pb::AlarmType::None as i32;
+        if r.action == AlarmAction::Get as i32 {
+            // etcd answers a Get through raft: an alarm raised through any member before
+            // the Get is listed, so this member first catches up with the leader.
+            self.node.read_index().await.map_err(ApiError::from)?;
+        }
         let alarms = match (AlarmAction::try_from(r.action), kind) {
             (Ok(AlarmAction::Get), _) => listed(
                 self.node

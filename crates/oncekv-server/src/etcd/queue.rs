@@ -10,14 +10,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use oncekv_core::{
-    EnqueueRequest, Enqueued, KeyRange, Op, OpResponse, RangeRequest, SortOrder, SortTarget,
-};
+use oncekv_core::{EnqueueRequest, Enqueued, KeyRange, Op, RangeRequest, SortOrder, SortTarget};
 use oncekv_proto::SessionMeta;
 use tonic::Status;
 
-use crate::error::ApiError;
-use crate::request_path::NodeCore;
+use crate::request_path::{Answered, NodeCore};
 
 /// etcd's `concurrency.ErrSessionExpired`: the waiter's key went (its lease expired or was
 /// revoked, or someone deleted it) before its turn came.
@@ -115,18 +112,15 @@ pub async fn enqueue_and_wait(
 ) -> Result<(Enqueued, i64), Status> {
     let tracked = meta.is_some();
     let name = req.name.clone();
-    let reply = node.execute(Op::Enqueue(req), meta).await?;
-    let queued = match reply.result.map_err(ApiError::from)? {
-        OpResponse::Enqueue(e) => e,
-        other => return Err(ApiError::Internal(format!("{other:?}")).into()),
-    };
+    let enqueued: Answered<Enqueued> = node.execute_as(Op::Enqueue(req), meta).await?;
+    let queued = enqueued.answer;
     let guard = LeaveOnDrop::new(node.clone(), (!tracked).then(|| leave(&queued)));
     let owned_at = wait_for_turn(
         node,
         &name,
         &queued.key,
         queued.create_revision,
-        reply.revision,
+        enqueued.revision,
     )
     .await;
     // Answered, or the key is gone anyway: nothing to leave. Other failures (the server

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use oncekv_core::{AuthError, Command, Response as CoreResponse, Secret};
+use oncekv_core::{Command, Secret};
 use rand::RngCore;
 use tonic::{Request, Response, Status};
 
@@ -37,11 +37,8 @@ pub struct SessionService {
 
 impl SessionService {
     async fn session_command(&self, command: Command) -> Result<i64, Status> {
-        match self.node.propose(command).await.map_err(ApiError::from)? {
-            CoreResponse::Session(Ok(())) => Ok(self.node.applied().read().sm.revision()),
-            CoreResponse::Session(Err(e)) => Err(ApiError::from(e).into()),
-            other => Err(ApiError::Internal(format!("{other:?}")).into()),
-        }
+        self.node.propose_session(command).await?;
+        Ok(self.node.applied().read().sm.revision())
     }
 }
 
@@ -70,25 +67,15 @@ impl Session for SessionService {
                 nonce,
             },
         };
-        match self.node.propose(command).await.map_err(ApiError::from)? {
-            CoreResponse::Registered {
-                client_id,
-                secret,
-                settings,
-            } => {
-                let revision = self.node.applied().read().sm.revision();
-                Ok(Response::new(pb::RegisterResponse {
-                    header: self.node.header(revision),
-                    client_id,
-                    secret: secret.0.to_vec().into(),
-                    ttl_ms: settings.session_ttl_ms,
-                    window: settings.window,
-                }))
-            }
-            // A retried registration naming another user's session.
-            CoreResponse::Rejected => Err(ApiError::from(AuthError::PermissionDenied).into()),
-            other => Err(ApiError::Internal(format!("{other:?}")).into()),
-        }
+        let registered = self.node.propose_registration(command).await?;
+        let revision = self.node.applied().read().sm.revision();
+        Ok(Response::new(pb::RegisterResponse {
+            header: self.node.header(revision),
+            client_id: registered.client_id,
+            secret: registered.secret.0.to_vec().into(),
+            ttl_ms: registered.settings.session_ttl_ms,
+            window: registered.settings.window,
+        }))
     }
 
     async fn keep_alive(

@@ -38,11 +38,16 @@ use crate::read_lease::ReadLease;
 use crate::sm_store::Applied;
 use crate::types::{Member, NodeId, Raft, TypeConfig};
 
+mod answers;
 mod leadership;
 mod publish;
 mod reads;
 mod upkeep;
 mod writes;
+
+pub use answers::{
+    Answer, Answered, Compacted, LeaseGranted, LeaseKept, LeaseRevoked, Registered, answer,
+};
 
 use reads::{election_wait, read_batchers, settled_leader};
 use writes::RequestKey;
