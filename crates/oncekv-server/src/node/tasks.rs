@@ -1,0 +1,260 @@
+//! The member's background tasks, each started by [`Node`](super::Node) and stopped
+//! with it: the ticker (waiters' deadlines, sessions' and leases' `Tick`, snapshots), the
+//! publication of its client URL, the watch for a fatal stop or its removal, the first
+//! corruption check, and the leadership watch (what an election changes here).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::Stopped;
+use crate::error::ProposeError;
+use crate::forwarder::Identified;
+use crate::request_path::NodeCore;
+
+/// Every heartbeat: fails the waiters past their deadline (on every member), and on the
+/// leader proposes a `Tick` when a session or lease is due and no traffic has moved
+/// cluster time past it. An idle cluster with nothing due writes nothing.
+pub(super) async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    let period = Duration::from_millis(core.config().heartbeat_ms.max(10));
+    // Before the first period too: `endpoint status` right after start reports the size.
+    core.measure_db_size();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        core.expire_waiters(tokio::time::Instant::now().into_std());
+        core.measure_db_size();
+        core.snapshot_if_due().await;
+        core.tick_if_due().await;
+        core.finish_joint_membership();
+    }
+}
+
+/// Keeps this member's client URL in raft's replicated membership equal to its
+/// configured one (the membership written at formation knows only each member's own), so
+/// every member's MemberList names every member's client URLs. Checks every 100 ms until
+/// the URL is published (see [`NodeCore::published`]), then once a second; a publish is
+/// one membership entry, proposed only when the URL differs.
+pub(super) async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    let Some(client_url) = core
+        .members()
+        .get(&core.id())
+        .map(|m| m.client_url.clone())
+        .filter(|u| !u.is_empty())
+    else {
+        core.mark_published();
+        return;
+    };
+    // The leader answered that its membership has this URL: with the formation
+    // membership still in effect, no entry will come to make this member's view agree,
+    // and none is needed (every member was formed knowing it).
+    let mut confirmed = false;
+    let mut wait = Duration::ZERO;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = match core.is_published() {
+            true => Duration::from_secs(1),
+            false => Duration::from_millis(100),
+        };
+        let recorded = core
+            .membership()
+            .get(&core.id())
+            .map(|m| m.client_url.clone());
+        // Every member writes the formation membership itself, with only its own client
+        // URL, as log entry 0, which is never replicated: until a membership entry has
+        // been committed after it, this member's view says nothing about the others'.
+        let initial = core.membership_is_initial();
+        let settled = !initial && recorded == Some(client_url.clone());
+        // The leader's own view is the one its membership entries carry.
+        let leading = core.leader() == Some(core.id());
+        // Nothing to propose: the membership the leader has already names this URL.
+        let published = settled || (initial && (leading || confirmed));
+        if core.leader().is_some() && published {
+            core.mark_published();
+        }
+        if core.leader().is_none() || recorded.is_none() || published {
+            continue;
+        }
+        match core.publish(client_url.clone()).await {
+            Ok(true) => tracing::info!(%client_url, "published this member's client URL"),
+            Ok(false) => confirmed = true,
+            Err(e) => tracing::debug!(%client_url, "publishing the client URL failed: {e}"),
+        }
+    }
+}
+
+/// Watches raft for a fatal stop (its core task ended with an error) or this member's
+/// removal, and reports it.
+///
+/// A removal is final once a configuration without this member is committed. The
+/// leader stops replicating to a removed member once that configuration is appended, so
+/// the member may never learn of it itself: it only stops hearing from a leader. So when
+/// the configuration in effect here leaves this member out but is not applied, or when
+/// this member knows no leader, it asks the other members of that configuration, whose
+/// applied state says whether a removal is committed (as etcd's peers tell a removed
+/// member that contacts them).
+pub(super) async fn fatal_watch(
+    core: Arc<NodeCore>,
+    fatal: watch::Sender<Option<Stopped>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Woken by the server metrics (leader, vote, membership), which change on elections
+    // and membership changes only; the full metrics change at every append and apply,
+    // which under load woke this task (and `leadership_watch`) for nothing. The full
+    // metrics are read, never waited on: raft records a fatal error there before its core
+    // ends, and the end closes the server metrics channel.
+    let mut server = core.raft().server_metrics();
+    let metrics = core.raft().metrics();
+    let own_peer_url = core
+        .members()
+        .get(&core.id())
+        .map(|m| m.peer_url.clone())
+        .unwrap_or_default();
+    loop {
+        let (verdict, ask) = {
+            let s = server.borrow_and_update();
+            let m = metrics.borrow();
+            match &m.running_state {
+                Err(e) => (Some(Stopped::Fatal(e.to_string())), Vec::new()),
+                Ok(()) => {
+                    let config = &s.membership_config;
+                    // Possibly older than `s`: only a configuration that leaves this
+                    // member out waits for it, and that case asks again every second.
+                    let applied = m.last_applied.map_or(0, |l| l.index);
+                    let left_out = config.log_id().is_some_and(|l| l.index > 0)
+                        && config.membership().get_node(&core.id()).is_none();
+                    let committed = config.log_id().is_some_and(|l| l.index <= applied);
+                    let leaderless =
+                        s.current_leader.is_none() && config.log_id().is_some_and(|l| l.index > 0);
+                    if left_out && committed {
+                        (Some(Stopped::Removed), Vec::new())
+                    } else if left_out || leaderless {
+                        let urls = config
+                            .membership()
+                            .nodes()
+                            .map(|(_, n)| n.peer_url.clone())
+                            .filter(|u| *u != own_peer_url)
+                            .collect();
+                        (None, urls)
+                    } else {
+                        (None, Vec::new())
+                    }
+                }
+            }
+        };
+        let mut verdict = verdict;
+        for url in &ask {
+            let answer = core.forwarder().identify(url, &own_peer_url).await;
+            if answer == Ok(Identified::NotAMember) {
+                verdict = Some(Stopped::Removed);
+                break;
+            }
+        }
+        if let Some(verdict) = verdict {
+            match &verdict {
+                Stopped::Fatal(e) => {
+                    tracing::error!(name = %core.config().name, "raft stopped: {e}")
+                }
+                Stopped::Removed => tracing::warn!(
+                    name = %core.config().name,
+                    "this member has been permanently removed from the cluster"
+                ),
+            }
+            let _ = fatal.send(Some(verdict));
+            return;
+        }
+        // Asking again in a while if nothing changes meanwhile.
+        let recheck = async {
+            if ask.is_empty() {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(Duration::from_secs(1)).await
+            }
+        };
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = recheck => {}
+            changed = server.changed() => if changed.is_err() {
+                if !*stop.borrow() {
+                    let reason = match &metrics.borrow().running_state {
+                        Err(e) => e.to_string(),
+                        Ok(()) => "raft stopped unexpectedly".to_string(),
+                    };
+                    let _ = fatal.send(Some(Stopped::Fatal(reason)));
+                }
+                return;
+            },
+        }
+    }
+}
+
+/// The corruption check once this member has a leader and has caught up with it, as
+/// etcd's initial check runs before it serves.
+pub(super) async fn initial_corrupt_check(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    tokio::select! {
+        _ = stop.changed() => return,
+        () = core.caught_up() => {}
+    }
+    let outcome = crate::fanout::corruption_check(&core).await;
+    tracing::info!(?outcome, "initial corruption check");
+}
+
+/// When this node stops leading, everything waiting on it fails with `NotLeader` so that
+/// clients go to the new leader at once instead of waiting for a timeout.
+pub(super) async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+    // The server metrics change with the leader and the vote only (see `fatal_watch`).
+    let mut server = core.raft().server_metrics();
+    let mut was_leader = false;
+    // etcd counts every change of the leader this member sees, the first one included.
+    let mut last_seen = None;
+    loop {
+        // A leader's term: its vote was stored (as a candidate's) before it was elected.
+        let (leader, term) = {
+            let s = server.borrow_and_update();
+            (s.current_leader, s.vote.leader_id().get_term())
+        };
+        if leader != last_seen {
+            core.node_metrics().leader_changed();
+            // etcd's words for the same moments (raft.node at INFO).
+            match (last_seen, leader) {
+                (_, Some(l)) => {
+                    tracing::info!(
+                        "raft.node: {:x} elected leader {l:x} at term {term}",
+                        core.id()
+                    )
+                }
+                (Some(old), None) => {
+                    tracing::info!(
+                        "raft.node: {:x} lost leader {old:x} at term {term}",
+                        core.id()
+                    )
+                }
+                (None, None) => {}
+            }
+            last_seen = leader;
+        }
+        let is_leader = leader == Some(core.id());
+        if is_leader != was_leader {
+            core.set_leading(is_leader.then_some(term));
+        }
+        if was_leader && !is_leader {
+            let n = core.fail_waiters(ProposeError::NotLeader { leader });
+            tracing::info!(
+                failed = n,
+                ?leader,
+                "lost leadership; failed waiting requests"
+            );
+        }
+        was_leader = is_leader;
+        tokio::select! {
+            _ = stop.changed() => return,
+            changed = server.changed() => if changed.is_err() { return },
+        }
+    }
+}
