@@ -1,6 +1,33 @@
 //! HPACK (RFC 7541), as much as [`super::SchemeTolerant`] needs: a decoder for one
 //! connection's client-to-server header blocks (static and dynamic tables, Huffman), and
 //! an encoder that writes literals only, so the server's decoder table is never touched.
+//!
+//! Both are this file's own because no maintained crate does the job (checked November
+//! 2026; times from a release build on the project's 2-core machine):
+//!
+//! - h2, whose decoder the server runs anyway, keeps its `hpack` module private, even
+//!   with its `unstable` feature (0.4.20, `src/lib.rs`).
+//! - loona-hpack 0.4.3 (last release 2024-11, from a repository that calls itself
+//!   experimental; descended from the hpack crate) builds its Huffman tables, hash maps
+//!   of 257 codes (24 µs), anew for every Huffman-coded string: it took 154 µs for
+//!   etcdctl's request block (1.5 µs here), and 1.9 s for a 256 KiB block of one-byte
+//!   Huffman literals (3.4 ms here, which stops at [`MAX_DECODED_BYTES`]). That time
+//!   would be spent inside `poll_read`, on a runtime thread, and its per-field callback
+//!   cannot stop a block midway, so [`MAX_DECODED_BYTES`] could bound memory but not
+//!   time. Its `HuffmanDecoder` kept for a connection is still 6 to 40 times slower than
+//!   the code here (a hash lookup per bit). It takes a table size update after a field,
+//!   which RFC 7541 section 4.2 and h2 refuse, and does not say how many bytes the
+//!   leading updates took, which the re-encoded block must carry. Its encoder adds every
+//!   new literal to the table.
+//! - httlib-hpack 0.1.3 and httlib-huffman 0.3.4 (last releases 2020-11): the decoder
+//!   drains each field from the front of its input `Vec`, 508 ms for a 256 KiB block of
+//!   one-byte indexed fields; the Huffman decoder accepts padding that is not a prefix of
+//!   the end-of-string code (`[0x00]` decodes to `0`), an error by RFC 7541 section 5.2;
+//!   and the decoder too takes a size update after a field. Its encoder can write what
+//!   [`encode_block`] writes (the tests compare them), which is not worth a dependency
+//!   on an unmaintained crate for thirty lines.
+//!
+//! The tests check this decoder against both crates, and pin their behaviour named here.
 
 use std::collections::VecDeque;
 use std::sync::OnceLock;

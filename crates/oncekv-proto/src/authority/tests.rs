@@ -1,7 +1,7 @@
 //! The authority rewrite against captured etcdctl bytes, hand-built HPACK blocks of every
 //! shape, garbage, and two HPACK crates as references.
 
-use super::hpack::{STATIC_TABLE, huffman_decode, put_integer};
+use super::hpack::{STATIC_TABLE, encode_block, huffman_decode, put_integer};
 use super::*;
 
 use httlib_hpack::Encoder;
@@ -305,12 +305,7 @@ fn hpack_decoder_matches_loona() {
 fn hpack_decoder_limits() {
     // A field indexed into the table, then referenced 5000 times: 20 MB decoded from
     // 5 KB, refused past MAX_DECODED_BYTES.
-    let mut block = vec![0x40, 0x03];
-    block.extend_from_slice(b"x-a");
-    put_integer(&mut block, 0x00, 7, 4000);
-    block.extend(std::iter::repeat_n(b'v', 4000));
-    block.extend(std::iter::repeat_n(0x80 | 62, 5000));
-    assert_eq!(HpackDecoder::new().decode(&block), None);
+    assert_eq!(HpackDecoder::new().decode(&amplifying_block(5000)), None);
     // A table size update above MAX_TABLE_SIZE, one after a field, an index past the
     // table, an integer too long, a string past the end.
     let mut big = Vec::new();
@@ -335,6 +330,199 @@ fn hpack_decoder_limits() {
         Some((3, vec![h(":method", "GET")]))
     );
     assert_eq!(dec.decode(&[0xbe]), None, "the update emptied the table");
+}
+
+#[test]
+fn hpack_crates_behave_as_the_module_doc_says() {
+    // A table size update after a field: refused here, as by h2; both crates take it.
+    let late_update = [0x82, 0x20, 0x82];
+    assert_eq!(HpackDecoder::new().decode(&late_update), None);
+    assert_eq!(Decoder::new().decode(&late_update).map(|f| f.len()), Ok(2));
+    let mut httlib = httlib_hpack::Decoder::default();
+    let (mut buf, mut fields) = (late_update.to_vec(), Vec::new());
+    assert!(httlib.decode(&mut buf, &mut fields).is_ok());
+    assert_eq!(fields.len(), 2);
+    // Padding of zero bits: an error by RFC 7541 section 5.2, decoded by httlib-huffman.
+    assert_eq!(huffman_decode(&[0x00]), None);
+    assert!(
+        loona_hpack::huffman::HuffmanDecoder::new()
+            .decode(&[0x00])
+            .is_err()
+    );
+    let mut out = Vec::new();
+    let speed = httlib_huffman::DecoderSpeed::FiveBits;
+    assert!(httlib_huffman::decode(&[0x00], &mut out, speed).is_ok());
+    assert_eq!(out, b"0");
+    // loona's encoder indexes a new literal (01xxxxxx); ours writes it without (0000).
+    let theirs = loona_hpack::Encoder::new().encode([(&b"x-a"[..], &b"1"[..])]);
+    assert_eq!(theirs[0] & 0xc0, 0x40);
+    assert_eq!(encode_block(&[], &[h("x-a", "1")])[0], 0x00);
+    // httlib's encoder without flags writes literals as encode_block does.
+    let headers = request("127.0.0.1:2379", "/a");
+    let theirs = encode(&mut Encoder::default(), &headers, 0);
+    assert_eq!(encode_block(&[], &headers), theirs);
+}
+
+/// Frames the filter lets through for `input`, fed in one piece, and its mode after.
+fn through_filter(input: &[u8]) -> (Vec<u8>, Mode) {
+    let mut f = Filter::new();
+    let mut out = Vec::new();
+    f.feed(input, &mut out);
+    (out, f.mode)
+}
+
+/// A block that puts a 4000-byte field in the table and refers to it `refs` times.
+fn amplifying_block(refs: usize) -> Vec<u8> {
+    let mut block = vec![0x40, 0x03];
+    block.extend_from_slice(b"x-a");
+    put_integer(&mut block, 0x00, 7, 4000);
+    block.extend(std::iter::repeat_n(b'v', 4000));
+    block.extend(std::iter::repeat_n(0x80 | 62, refs));
+    block
+}
+
+#[test]
+fn bad_blocks_in_rewrite_mode_pass_on_as_received() {
+    let mut enc = Encoder::default();
+    let mut first = start();
+    let block = encode(&mut enc, &request("http://10.0.0.1:2379", "/x"), 0);
+    first.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &block));
+    let (rewritten, mode) = through_filter(&first);
+    assert_eq!(mode, Mode::Rewrite);
+    // Malformed (an index past the table, a string past the end), and a block that
+    // decodes past MAX_DECODED_BYTES: 300 times 4035 bytes from 4.3 KB, where 200 times
+    // is still decoded.
+    let decoded = HpackDecoder::new().decode(&amplifying_block(200));
+    assert_eq!(decoded.map(|(_, fields)| fields.len()), Some(201));
+    for bad in [vec![0xbe], vec![0x00, 0x05, b'a'], amplifying_block(300)] {
+        let mut tail = frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &bad);
+        tail.extend(frame(0x0, FLAG_END_STREAM, 3, b"after"));
+        let mut input = first.clone();
+        input.extend_from_slice(&tail);
+        let (out, mode) = through_filter(&input);
+        assert_eq!(mode, Mode::Passthrough, "{:02x?}", &bad[..bad.len().min(8)]);
+        let mut expected = rewritten.clone();
+        expected.extend_from_slice(&tail);
+        assert_eq!(out, expected);
+    }
+}
+
+/// Serves HTTP/2 (tonic, no services) on one in-memory connection, through the filter if
+/// `filtered`, and returns the client's end.
+fn serve_one(filtered: bool) -> tokio::io::DuplexStream {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    if filtered {
+        serve(SchemeTolerant::new(server));
+    } else {
+        serve(server);
+    }
+    client
+}
+
+fn serve<S>(conn: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let incoming = futures::StreamExt::chain(
+        futures::stream::iter([Ok::<_, io::Error>(conn)]),
+        futures::stream::pending(),
+    );
+    let server = tonic::transport::Server::builder()
+        .add_routes(tonic::service::Routes::default())
+        .serve_with_incoming(incoming);
+    tokio::spawn(server);
+}
+
+/// What the server sent, frame by frame (type, stream, payload), until it closed the
+/// connection or `stop` said enough.
+async fn server_frames(
+    conn: &mut tokio::io::DuplexStream,
+    stop: impl Fn(u8, u32) -> bool,
+) -> Vec<(u8, u32, Vec<u8>)> {
+    let mut got = Vec::new();
+    let read = async {
+        loop {
+            let mut head = [0; FRAME_HEADER_LEN];
+            if conn.read_exact(&mut head).await.is_err() {
+                return;
+            }
+            let fh = FrameHeader::parse(&head).expect("nine bytes");
+            let mut payload = vec![0; fh.len];
+            if conn.read_exact(&mut payload).await.is_err() {
+                return;
+            }
+            got.push((fh.kind, fh.stream_id, payload));
+            if stop(fh.kind, fh.stream_id) {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("the server answers within 10 s");
+    got
+}
+
+const TYPE_RST_STREAM: u8 = 0x3;
+const TYPE_GOAWAY: u8 = 0x7;
+const PROTOCOL_ERROR: [u8; 4] = [0, 0, 0, 1];
+
+#[tokio::test]
+async fn h2_serves_the_rewritten_request_and_refuses_bad_blocks() {
+    let answered = |kind: u8, sid: u32| sid == 1 && matches!(kind, TYPE_HEADERS | TYPE_RST_STREAM);
+    let input = unhex(ETCDCTL_CLUSTER);
+    // Unfiltered, h2 resets etcdctl's request for its authority.
+    let mut conn = serve_one(false);
+    conn.write_all(&input).await.expect("write");
+    let got = server_frames(&mut conn, answered).await;
+    assert!(
+        got.contains(&(TYPE_RST_STREAM, 1, PROTOCOL_ERROR.to_vec())),
+        "{got:?}"
+    );
+    // Filtered, it answers it (UNIMPLEMENTED, from a server without services).
+    let mut conn = serve_one(true);
+    conn.write_all(&input).await.expect("write");
+    let got = server_frames(&mut conn, answered).await;
+    assert!(matches!(got.last(), Some((TYPE_HEADERS, 1, _))), "{got:?}");
+    // A malformed block after it (a string past its end): h2 fails the connection, with
+    // the GOAWAY it sends a client that has nothing to rewrite.
+    let malformed = frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &[0x00, 0x05, b'a']);
+    conn.write_all(&malformed).await.expect("write");
+    let goaway = |got: &[(u8, u32, Vec<u8>)]| {
+        let frame = got.iter().find(|f| f.0 == TYPE_GOAWAY).expect("a GOAWAY");
+        frame.2[4..8].to_vec()
+    };
+    let filtered = goaway(&server_frames(&mut conn, |kind, _| kind == TYPE_GOAWAY).await);
+    let mut conn = serve_one(false);
+    let mut plain = start();
+    let mut enc = Encoder::default();
+    let block = encode(&mut enc, &request("127.0.0.1:2379", "/a"), 0);
+    plain.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &block));
+    plain.extend(malformed);
+    conn.write_all(&plain).await.expect("write");
+    let direct = goaway(&server_frames(&mut conn, |kind, _| kind == TYPE_GOAWAY).await);
+    assert_eq!(filtered, direct);
+    assert_ne!(direct, [0; 4], "GOAWAY without an error");
+    // A first block that decodes past MAX_DECODED_BYTES (and hyper's header list limit)
+    // goes to h2 as received, which fails the connection as it does without the filter.
+    let mut input = start();
+    let block = amplifying_block(300);
+    let (a, b) = block.split_at(block.len() / 2);
+    input.extend(frame(TYPE_HEADERS, 0, 1, a));
+    input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, b));
+    let mut answers = Vec::new();
+    for filtered in [true, false] {
+        let mut conn = serve_one(filtered);
+        conn.write_all(&input).await.expect("write");
+        let got = server_frames(&mut conn, |kind, sid| {
+            kind == TYPE_GOAWAY || answered(kind, sid)
+        })
+        .await;
+        answers.push(got);
+    }
+    assert_eq!(answers[0], answers[1]);
+    // ENHANCE_YOUR_CALM, "header_list_way_too_large" (h2 0.4.20).
+    assert_eq!(goaway(&answers[0]), [0, 0, 0, 11], "{:?}", answers[0]);
 }
 
 #[test]
