@@ -61,7 +61,7 @@ pub struct NodeConfig {
     pub corrupt_check_time: Option<Duration>,
     /// Connections open at once on each port (client, peer, metrics); past it new ones are
     /// closed at once. Silent new connections are closed after
-    /// [`FIRST_BYTES_TIMEOUT`](crate::conn_guard::FIRST_BYTES_TIMEOUT).
+    /// `conn_guard::FIRST_BYTES_TIMEOUT`.
     pub max_connections: usize,
     /// HTTP/2 pings on a connection idle this long (etcd's `--grpc-keepalive-interval`,
     /// 2 h), and how long an answer may take before the connection is closed
@@ -76,7 +76,7 @@ pub struct NodeConfig {
     pub metrics_extensive: bool,
     /// Where the raft log lives (etcd's `--wal-dir`); `None`: `data_dir/log`. A member
     /// records a chosen directory in its data directory and refuses to start with another
-    /// (see [`crate::node::log_dir`]).
+    /// (see `node::log_dir`).
     pub wal_dir: Option<PathBuf>,
     /// TLS on the client port (etcd's `--cert-file`, `--key-file`, `--trusted-ca-file`,
     /// `--client-cert-auth`); plaintext when `None`.

@@ -35,7 +35,7 @@ use crate::types::{Member, NodeId, TypeConfig};
 pub use crate::config::{SNAPSHOT_CHUNK_BYTES, peer_message_limit};
 
 /// Request metadata naming the sender's cluster and member (hex), checked by the
-/// receiver's [`PeerGate`](crate::peer_gate::PeerGate) before it reads the body.
+/// receiver's `PeerGate` (`peer_gate`) before it reads the body.
 pub const PEER_CLUSTER_KEY: &str = "oncekv-peer-cluster";
 pub const PEER_MEMBER_KEY: &str = "oncekv-peer-member";
 

@@ -17,7 +17,7 @@
 //!
 //! A connection carries one request at a time; a caller with several outstanding (a
 //! forwarder with a few batches in flight) holds several connections. A member refuses
-//! a caller naming another cluster (the [`PeerGate`](crate::peer_gate::PeerGate) rule)
+//! a caller naming another cluster (the `PeerGate` rule)
 //! and frames larger than [`peer_message_limit`](crate::config::peer_message_limit).
 //! An outsider that does not know the cluster yet (a joining member) uses gRPC's
 //! `Forward`, which the gate keeps to `Identify`.

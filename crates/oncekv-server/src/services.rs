@@ -32,7 +32,7 @@ use crate::request_path::NodeCore;
 /// kernel caps it at `net.core.somaxconn`.
 const LISTEN_BACKLOG: u32 = 4096;
 
-/// A listener on `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, so that a restarted
+/// A listener on `addr` with `LISTEN_BACKLOG` (and `SO_REUSEADDR`, so that a restarted
 /// member gets its port back while old connections linger in TIME_WAIT).
 pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
@@ -73,7 +73,7 @@ pub type ClientConn = oncekv_proto::authority::SchemeTolerant<
 >;
 
 /// The client port's connections: [`incoming`], bounded by
-/// [`guard`](crate::conn_guard::guard), through TLS when `tls` is given, and each read
+/// `conn_guard::guard`, through TLS when `tls` is given, and each read
 /// through [`SchemeTolerant`](oncekv_proto::authority::SchemeTolerant) (on the decrypted bytes)
 /// so that etcdctl 3.4's `--cluster` requests (a URL as the HTTP/2 authority) are served
 /// rather than reset.

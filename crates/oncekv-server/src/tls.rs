@@ -3,7 +3,7 @@
 //! handed to the request handlers, and etcd's `--auto-tls` self-signed certificates.
 //!
 //! Handshakes run in their own tasks, each bounded by
-//! [`FIRST_BYTES_TIMEOUT`](crate::conn_guard::FIRST_BYTES_TIMEOUT): a client that stalls
+//! `conn_guard::FIRST_BYTES_TIMEOUT`: a client that stalls
 //! mid-handshake holds its connection slot until then and delays no one else. A
 //! plaintext client on a TLS port fails the handshake and is closed.
 

@@ -282,7 +282,7 @@ impl NodeCore {
         self.raft.metrics().borrow().current_leader
     }
 
-    /// The leader, waiting through an election if one is on (see [`settled_leader`]).
+    /// The leader, waiting through an election if one is on (see `reads::settled_leader`).
     pub async fn settled_leader(&self) -> Option<NodeId> {
         settled_leader(&self.raft, election_wait(&self.config)).await
     }

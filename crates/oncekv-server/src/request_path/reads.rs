@@ -159,7 +159,7 @@ impl NodeCore {
     /// after this returns at least that state).
     ///
     /// The confirmation is shared by every read waiting for one (see
-    /// [`ReadBatcher`](crate::read_batch::ReadBatcher)); a follower asks the leader once
+    /// `ReadBatcher`); a follower asks the leader once
     /// per batch.
     pub async fn read_index(&self) -> Result<(), ProposeError> {
         // A member that leads joins its own rounds directly: through `reads` its read

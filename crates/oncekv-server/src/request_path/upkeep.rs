@@ -53,7 +53,7 @@ impl NodeCore {
         size
     }
 
-    /// Asks raft for a snapshot when one is due by [`snapshot_due`]; the ticker calls it
+    /// Asks raft for a snapshot when one is due by `snapshot_due`; the ticker calls it
     /// on every member (raft's own policy is off: it counts entries only).
     pub async fn snapshot_if_due(&self) {
         let metrics = self.metrics();

@@ -167,7 +167,11 @@ impl NodeCore {
                     // The leader could not be dialed, so the command was not sent: a
                     // leader that crashed is still the one this member knows until the
                     // others elect a new one, so wait for that and send it there once.
-                    Err(ForwardError::Unsent { command, .. }) => {
+                    Err(ForwardError::Unsent { command, reason }) => {
+                        tracing::debug!(
+                            leader = format!("{leader:x}"),
+                            "the leader was not reached ({reason}); waiting for the next one"
+                        );
                         self.propose_after(leader, command).await
                     }
                     Err(ForwardError::Failed(e)) => Err(e),
