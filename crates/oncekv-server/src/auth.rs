@@ -343,7 +343,18 @@ impl NodeCore {
         needs: &[Need<'_>],
         meta: Option<&SessionMeta>,
     ) -> Result<(), ApiError> {
-        if let (Some(user), Some(meta)) = (self.authorize(caller, needs).await?, meta) {
+        let user = match self.authorize(caller, needs).await {
+            // This member's state may not hold yet an auth change the leader applied
+            // before the request was sent (`auth disable`, a grant). etcd checks a write
+            // on state as new as the write, so a refusal here is checked once more after
+            // this member has caught up with the leader.
+            Err(ApiError::Auth(_)) => {
+                self.read_index().await?;
+                self.authorize(caller, needs).await?
+            }
+            checked => checked?,
+        };
+        if let (Some(user), Some(meta)) = (user, meta) {
             self.check_session_owner(&user, meta.client_id)?;
         }
         Ok(())

@@ -28,10 +28,16 @@ impl Kv for KvService {
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let req = convert::range_request(&r)?;
+        if !r.serializable {
+            // As etcd: a linearizable read's permissions are checked on state at least as
+            // new as the read, so an auth change applied before it was sent counts.
+            self.node.read_index().await.map_err(ApiError::from)?;
+        }
         self.node
             .authorize(&caller, &[Need::Read(&req.range.key, &req.range.range_end)])
             .await?;
-        let (revision, resp) = self.node.range(&req, r.serializable).await?;
+        // Caught up above when linearizable: the range itself need not wait again.
+        let (revision, resp) = self.node.range(&req, true).await?;
         Ok(Response::new(convert::range_response(
             resp,
             self.node.header(revision),
