@@ -7,11 +7,12 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tonic::Status;
 
-use super::json::parse;
+use super::json::{parse, to_json};
 use super::reply::answer;
 use crate::request_path::NodeCore;
 
@@ -53,29 +54,25 @@ pub(super) fn request<T>(headers: &HeaderMap, message: T) -> tonic::Request<T> {
     req
 }
 
-/// One unary RPC: the body read by `build`, the request (the headers passed on as
-/// metadata) run through the service's gRPC code by `call`, the answer written by `write`.
+/// One unary RPC: the body read as its request message, the request (the headers passed
+/// on as metadata) run through the service's gRPC code by `call`, the answer written back
+/// as JSON.
 pub(super) async fn unary<Req, Resp, Fut>(
     headers: &HeaderMap,
     body: &Bytes,
-    build: impl FnOnce(&Value) -> Result<Req, Status>,
     call: impl FnOnce(tonic::Request<Req>) -> Fut,
-    write: impl FnOnce(&Resp) -> Value,
 ) -> Response
 where
+    Req: DeserializeOwned,
+    Resp: Serialize,
     Fut: Future<Output = Result<tonic::Response<Resp>, Status>>,
 {
     answer(
         async {
-            let req = build(&parse(body)?)?;
+            let req = parse(body)?;
             let resp = call(request(headers, req)).await?.into_inner();
-            Ok(write(&resp))
+            to_json(&resp)
         }
         .await,
     )
-}
-
-/// The request of an RPC whose request has no fields (the body must still be an object).
-pub(super) fn empty<T: Default>(_: &Value) -> Result<T, Status> {
-    Ok(T::default())
 }

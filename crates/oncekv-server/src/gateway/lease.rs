@@ -6,15 +6,12 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::{MethodRouter, post};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use futures::StreamExt;
-use serde_json::{Value, json};
 
 use super::body_stream::{KEEP_ALIVE_OBJECT_MAX, grpc_frame, json_objects};
-use super::call::{Gateway, empty, request, unary};
-use super::json::{Obj, bool_of, header, header_only, int_of};
+use super::call::{Gateway, request, unary};
+use super::json::from_value;
 use super::reply::{error, lines};
 use crate::etcd::LeaseService;
 use crate::pb::etcdserverpb as pb;
@@ -39,21 +36,7 @@ async fn lease_grant(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) 
         node: g.core,
         stop: g.stop,
     };
-    let build = |v: &Value| {
-        Ok(pb::LeaseGrantRequest {
-            ttl: int_of(v, "TTL")?,
-            id: int_of(v, "ID")?,
-        })
-    };
-    let write = |r: &pb::LeaseGrantResponse| {
-        Obj::default()
-            .value("header", header(&r.header))
-            .int("ID", r.id)
-            .int("TTL", r.ttl)
-            .text("error", &r.error)
-            .done()
-    };
-    unary(&headers, &body, build, |r| lease.lease_grant(r), write).await
+    unary(&headers, &body, |r| lease.lease_grant(r)).await
 }
 
 async fn lease_revoke(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
@@ -61,13 +44,7 @@ async fn lease_revoke(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
         node: g.core,
         stop: g.stop,
     };
-    let build = |v: &Value| {
-        Ok(pb::LeaseRevokeRequest {
-            id: int_of(v, "ID")?,
-        })
-    };
-    let write = |r: &pb::LeaseRevokeResponse| header_only(&r.header);
-    unary(&headers, &body, build, |r| lease.lease_revoke(r), write).await
+    unary(&headers, &body, |r| lease.lease_revoke(r)).await
 }
 
 async fn lease_time_to_live(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
@@ -75,30 +52,7 @@ async fn lease_time_to_live(State(g): State<Gateway>, headers: HeaderMap, body: 
         node: g.core,
         stop: g.stop,
     };
-    let build = |v: &Value| {
-        Ok(pb::LeaseTimeToLiveRequest {
-            id: int_of(v, "ID")?,
-            keys: bool_of(v, "keys"),
-        })
-    };
-    let write = |r: &pb::LeaseTimeToLiveResponse| {
-        let keys = r.keys.iter().map(|k| json!(B64.encode(k))).collect();
-        Obj::default()
-            .value("header", header(&r.header))
-            .int("ID", r.id)
-            .int("TTL", r.ttl)
-            .int("grantedTTL", r.granted_ttl)
-            .list("keys", keys)
-            .done()
-    };
-    unary(
-        &headers,
-        &body,
-        build,
-        |r| lease.lease_time_to_live(r),
-        write,
-    )
-    .await
+    unary(&headers, &body, |r| lease.lease_time_to_live(r)).await
 }
 
 async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
@@ -106,18 +60,7 @@ async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
         node: g.core,
         stop: g.stop,
     };
-    let write = |r: &pb::LeaseLeasesResponse| {
-        let leases = r
-            .leases
-            .iter()
-            .map(|l| Obj::default().int("ID", l.id).done())
-            .collect();
-        Obj::default()
-            .value("header", header(&r.header))
-            .list("leases", leases)
-            .done()
-    };
-    unary(&headers, &body, empty, |r| lease.lease_leases(r), write).await
+    unary(&headers, &body, |r| lease.lease_leases(r)).await
 }
 
 /// `POST /v3/lease/keepalive` with one or more `{"ID": ...}` objects in the body: a
@@ -129,13 +72,11 @@ async fn lease_leases(State(g): State<Gateway>, headers: HeaderMap, body: Bytes)
 async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Body) -> Response {
     use tonic::codec::Codec as _;
     // Fused: when the body held no object, the chain below polls it again after its end.
-    let mut requests = Box::pin(json_objects(body, KEEP_ALIVE_OBJECT_MAX).fuse().map(|v| {
-        v.and_then(|v| {
-            Ok(pb::LeaseKeepAliveRequest {
-                id: int_of(&v, "ID")?,
-            })
-        })
-    }));
+    let mut requests = Box::pin(
+        json_objects(body, KEEP_ALIVE_OBJECT_MAX)
+            .fuse()
+            .map(|v| v.and_then(from_value::<pb::LeaseKeepAliveRequest>)),
+    );
     let first = match requests.next().await {
         Some(Ok(first)) => Some(first),
         Some(Err(s)) => return error(&s),
@@ -156,13 +97,7 @@ async fn lease_keep_alive(State(g): State<Gateway>, headers: HeaderMap, body: Bo
         stop: g.stop,
     };
     match lease.lease_keep_alive(request(&headers, requests)).await {
-        Ok(responses) => lines(responses.into_inner(), |r| {
-            Obj::default()
-                .value("header", header(&r.header))
-                .int("ID", r.id)
-                .int("TTL", r.ttl)
-                .done()
-        }),
+        Ok(responses) => lines(responses.into_inner()),
         Err(s) => error(&s),
     }
 }

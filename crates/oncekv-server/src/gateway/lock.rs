@@ -5,12 +5,9 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::{MethodRouter, post};
 use bytes::Bytes;
-use serde_json::Value;
 
 use super::call::{Gateway, unary};
-use super::json::{Obj, bytes_of, header, header_only, int_of};
 use crate::etcd::LockService;
-use crate::pb::v3lockpb as lockpb;
 use crate::pb::v3lockpb::lock_server::Lock;
 
 /// The paths this service answers at, under `/v3` and `/v3beta`.
@@ -22,28 +19,10 @@ pub(super) fn rpcs() -> Vec<(&'static str, MethodRouter<Gateway>)> {
 /// waits for its turn, as etcd's does.
 async fn lock(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let l = LockService { node: g.core };
-    let build = |v: &Value| {
-        Ok(lockpb::LockRequest {
-            name: bytes_of(v, "name")?,
-            lease: int_of(v, "lease")?,
-        })
-    };
-    let write = |r: &lockpb::LockResponse| {
-        Obj::default()
-            .value("header", header(&r.header))
-            .bytes("key", &r.key)
-            .done()
-    };
-    unary(&headers, &body, build, |r| l.lock(r), write).await
+    unary(&headers, &body, |r| l.lock(r)).await
 }
 
 async fn unlock(State(g): State<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     let l = LockService { node: g.core };
-    let build = |v: &Value| {
-        Ok(lockpb::UnlockRequest {
-            key: bytes_of(v, "key")?,
-        })
-    };
-    let write = |r: &lockpb::UnlockResponse| header_only(&r.header);
-    unary(&headers, &body, build, |r| l.unlock(r), write).await
+    unary(&headers, &body, |r| l.unlock(r)).await
 }

@@ -17,9 +17,11 @@
 //! `oncekv-first-incomplete`) are passed on as gRPC metadata, so a gateway write can be
 //! exactly-once too.
 //!
-//! `call` runs one RPC through its service, `json` is the proto3 JSON both ways, `reply`
+//! The mapping is not written here: oncekv-proto's `json` feature generates serde impls for
+//! the prost types with pbjson-build (proto field names kept), and `json` reads requests
+//! and writes answers through them. `call` runs one RPC through its service, `reply`
 //! writes answers and errors, `body_stream` reads bodies that stream; one file per service
-//! holds its request and response mapping, its handlers and the paths they answer at.
+//! holds its handlers and the paths they answer at.
 
 mod auth;
 mod body_stream;

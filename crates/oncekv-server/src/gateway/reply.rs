@@ -6,8 +6,11 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use serde::Serialize;
 use serde_json::{Value, json};
 use tonic::Status;
+
+use super::json::to_json;
 
 /// grpc-gateway's HTTP status for a gRPC code.
 fn http_status(code: tonic::Code) -> StatusCode {
@@ -57,9 +60,8 @@ pub(super) fn answer(result: Result<Value, Status>) -> Response {
 
 /// A streaming answer: each response as a `{"result": ...}` line, a failure as
 /// grpc-gateway's `{"error": ...}` line.
-pub(super) fn lines<T: 'static>(
+pub(super) fn lines<T: Serialize + 'static>(
     responses: impl Stream<Item = Result<T, Status>> + Send + 'static,
-    write: fn(&T) -> Value,
 ) -> Response {
     // The first error is the last line, as a gRPC status ends a call (a service may go on
     // yielding after an error of its request stream).
@@ -67,9 +69,10 @@ pub(super) fn lines<T: 'static>(
         if *failed {
             return futures::future::ready(None);
         }
+        let r = r.and_then(|resp| to_json(&resp));
         *failed = r.is_err();
         let v = match r {
-            Ok(resp) => json!({ "result": write(&resp) }),
+            Ok(resp) => json!({ "result": resp }),
             Err(s) => {
                 let http = http_status(s.code());
                 json!({ "error": {
