@@ -13,9 +13,9 @@ use common::{LEADER_WAIT, Proxy, TestCluster};
 use oncekv_client::{Client, ClientConfig, Credentials};
 use oncekv_proto::etcdserverpb::auth_client::AuthClient;
 use oncekv_proto::etcdserverpb::{
-    AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthenticateRequest,
+    AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest,
 };
-use oncekv_testkit::auth::add_user_with_role;
+use oncekv_testkit::auth::{add_user_with_role, as_user};
 
 const PUTS: usize = 100;
 
@@ -62,21 +62,10 @@ async fn tracked_writes_with_credentials_apply_once_through_lost_replies() {
         client.put("app/counter", i.to_string()).await.unwrap();
         if i == PUTS / 2 {
             // Any auth change makes the client's token stale; it authenticates again.
-            let mut request = tonic::Request::new(AuthRoleAddRequest {
+            let other = AuthRoleAddRequest {
                 name: "other".into(),
-            });
-            let token = auth
-                .authenticate(AuthenticateRequest {
-                    name: "root".into(),
-                    password: "rootpw".into(),
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .token;
-            request
-                .metadata_mut()
-                .insert("token", token.parse().unwrap());
+            };
+            let request = as_user(&mut auth, "root", "rootpw", other).await.unwrap();
             auth.role_add(request).await.unwrap();
         }
     }

@@ -11,10 +11,8 @@ use std::time::Duration;
 
 use oncekv_proto::etcdserverpb::auth_client::AuthClient;
 use oncekv_proto::etcdserverpb::kv_client::KvClient;
-use oncekv_proto::etcdserverpb::{
-    AuthDisableRequest, AuthEnableRequest, AuthenticateRequest, PutRequest, RangeRequest,
-};
-use oncekv_testkit::auth::add_user_with_role;
+use oncekv_proto::etcdserverpb::{AuthDisableRequest, AuthEnableRequest, PutRequest, RangeRequest};
+use oncekv_testkit::auth::{add_user_with_role, as_user};
 use oncekv_testkit::local_cluster::TempCluster;
 use tonic::transport::{Channel, Endpoint};
 
@@ -28,26 +26,16 @@ fn lazy(cluster: &TempCluster, i: usize) -> Channel {
         .connect_lazy()
 }
 
-/// Enables auth through member `leader` (adding root the first time), then disables it
+/// Enables auth through member `leader` (root must exist), then disables it
 /// while member `lagging` is stopped, and starts that member again.
 async fn disable_auth_behind(cluster: &mut TempCluster, leader: usize, lagging: usize) {
     let mut auth = AuthClient::new(lazy(cluster, leader));
     auth.auth_enable(AuthEnableRequest {}).await.unwrap();
-    let token = auth
-        .authenticate(AuthenticateRequest {
-            name: "root".into(),
-            password: "rootpw".into(),
-        })
+    let disable = as_user(&mut auth, "root", "rootpw", AuthDisableRequest {})
         .await
-        .unwrap()
-        .into_inner()
-        .token;
+        .unwrap();
     cluster.wait_caught_up(leader, WAIT).await;
     cluster.stop(lagging).await;
-    let mut disable = tonic::Request::new(AuthDisableRequest {});
-    disable
-        .metadata_mut()
-        .insert("token", token.parse().unwrap());
     auth.auth_disable(disable).await.unwrap();
     cluster.restart(lagging).await;
 }

@@ -2,7 +2,9 @@
 //! `user grant-role` would.
 
 use oncekv_proto::etcdserverpb::auth_client::AuthClient;
-use oncekv_proto::etcdserverpb::{AuthUserAddRequest, AuthUserGrantRoleRequest};
+use oncekv_proto::etcdserverpb::{
+    AuthUserAddRequest, AuthUserGrantRoleRequest, AuthenticateRequest,
+};
 use tonic::transport::Channel;
 
 /// Adds user `name` with `password` and grants it `role` (which must exist, unless it is
@@ -25,4 +27,28 @@ pub async fn add_user_with_role(
     })
     .await?;
     Ok(())
+}
+
+/// `message` with the token `name` gets by authenticating with `password` in its
+/// metadata, as etcdctl sends an authenticated request.
+pub async fn as_user<T>(
+    auth: &mut AuthClient<Channel>,
+    name: &str,
+    password: &str,
+    message: T,
+) -> Result<tonic::Request<T>, tonic::Status> {
+    let token = auth
+        .authenticate(AuthenticateRequest {
+            name: name.into(),
+            password: password.into(),
+        })
+        .await?
+        .into_inner()
+        .token;
+    let mut request = tonic::Request::new(message);
+    let value = token
+        .parse()
+        .map_err(|_| tonic::Status::internal("the token is not a valid metadata value"))?;
+    request.metadata_mut().insert("token", value);
+    Ok(request)
 }
