@@ -33,18 +33,67 @@ pub(super) async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>)
     }
 }
 
+/// What publishing this member's client URL needs of the node.
+pub(super) trait Publisher {
+    /// This member's client URL as the formation membership gives it.
+    fn own_client_url(&self) -> Option<String>;
+    /// The client URL the membership in effect here records for this member (`None`:
+    /// this member is not in it).
+    fn recorded_client_url(&self) -> Option<String>;
+    /// Whether that membership is still the formation's, written by this member itself.
+    fn membership_is_initial(&self) -> bool;
+    /// Whether a leader is known, and whether it is this member.
+    fn leadership(&self) -> (bool, bool);
+    fn is_published(&self) -> bool;
+    fn mark_published(&self);
+    /// Records `client_url` in raft's membership; true if that took an entry.
+    async fn publish(&self, client_url: String) -> Result<bool, ProposeError>;
+}
+
+impl Publisher for NodeCore {
+    fn own_client_url(&self) -> Option<String> {
+        self.members().get(&self.id()).map(|m| m.client_url.clone())
+    }
+
+    fn recorded_client_url(&self) -> Option<String> {
+        self.membership()
+            .get(&self.id())
+            .map(|m| m.client_url.clone())
+    }
+
+    fn membership_is_initial(&self) -> bool {
+        NodeCore::membership_is_initial(self)
+    }
+
+    fn leadership(&self) -> (bool, bool) {
+        let leader = self.leader();
+        (leader.is_some(), leader == Some(self.id()))
+    }
+
+    fn is_published(&self) -> bool {
+        NodeCore::is_published(self)
+    }
+
+    fn mark_published(&self) {
+        NodeCore::mark_published(self)
+    }
+
+    async fn publish(&self, client_url: String) -> Result<bool, ProposeError> {
+        NodeCore::publish(self, client_url).await
+    }
+}
+
 /// Keeps this member's client URL in raft's replicated membership equal to its
 /// configured one (the membership written at formation knows only each member's own), so
 /// every member's MemberList names every member's client URLs. Checks every 100 ms until
 /// the URL is published (see [`NodeCore::published`]), then once a second; a publish is
 /// one membership entry, proposed only when the URL differs.
-pub(super) async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    let Some(client_url) = core
-        .members()
-        .get(&core.id())
-        .map(|m| m.client_url.clone())
-        .filter(|u| !u.is_empty())
-    else {
+pub(super) async fn publish_client_url(core: Arc<NodeCore>, stop: watch::Receiver<bool>) {
+    publish_until_stopped(&*core, stop).await
+}
+
+async fn publish_until_stopped(core: &impl Publisher, mut stop: watch::Receiver<bool>) {
+    let Some(client_url) = core.own_client_url().filter(|u| !u.is_empty()) else {
         core.mark_published();
         return;
     };
@@ -62,23 +111,20 @@ pub(super) async fn publish_client_url(core: Arc<NodeCore>, mut stop: watch::Rec
             true => Duration::from_secs(1),
             false => Duration::from_millis(100),
         };
-        let recorded = core
-            .membership()
-            .get(&core.id())
-            .map(|m| m.client_url.clone());
+        let recorded = core.recorded_client_url();
         // Every member writes the formation membership itself, with only its own client
         // URL, as log entry 0, which is never replicated: until a membership entry has
         // been committed after it, this member's view says nothing about the others'.
         let initial = core.membership_is_initial();
         let settled = !initial && recorded == Some(client_url.clone());
         // The leader's own view is the one its membership entries carry.
-        let leading = core.leader() == Some(core.id());
+        let (has_leader, leading) = core.leadership();
         // Nothing to propose: the membership the leader has already names this URL.
         let published = settled || (initial && (leading || confirmed));
-        if core.leader().is_some() && published {
+        if has_leader && published {
             core.mark_published();
         }
-        if core.leader().is_none() || recorded.is_none() || published {
+        if !has_leader || recorded.is_none() || published {
             continue;
         }
         match core.publish(client_url.clone()).await {
@@ -256,5 +302,99 @@ pub(super) async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Recei
             _ = stop.changed() => return,
             changed = server.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A member whose membership view and leadership the test sets. Publishing records the
+    /// URL, as the leader's membership entry would once applied here.
+    #[derive(Default)]
+    struct Member {
+        view: Mutex<(Option<String>, bool, bool)>,
+        published: std::sync::atomic::AtomicBool,
+        proposals: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Member {
+        fn view(&self) -> std::sync::MutexGuard<'_, (Option<String>, bool, bool)> {
+            self.view.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    }
+
+    impl Publisher for Member {
+        fn own_client_url(&self) -> Option<String> {
+            Some("http://127.0.0.1:2379".into())
+        }
+
+        fn recorded_client_url(&self) -> Option<String> {
+            self.view().0.clone()
+        }
+
+        fn membership_is_initial(&self) -> bool {
+            false
+        }
+
+        fn leadership(&self) -> (bool, bool) {
+            let view = self.view();
+            (view.1, view.2)
+        }
+
+        fn is_published(&self) -> bool {
+            self.published.load(std::sync::atomic::Ordering::SeqCst)
+        }
+
+        fn mark_published(&self) {
+            self.published
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        async fn publish(&self, client_url: String) -> Result<bool, ProposeError> {
+            self.proposals
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.view().0 = Some(client_url);
+            Ok(true)
+        }
+    }
+
+    // Without a leader nothing is proposed; once one is known, the URL is proposed once
+    // and the member counts as published when its membership names it.
+    #[tokio::test]
+    async fn a_member_publishes_its_client_url_once_a_leader_is_known() {
+        let member = Arc::new(Member::default());
+        member.view().0 = Some(String::new());
+        let (stop_tx, stop) = watch::channel(false);
+        let running = {
+            let member = member.clone();
+            tokio::spawn(async move { publish_until_stopped(&*member, stop).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            member.proposals.load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
+        assert!(!member.is_published(), "published without a leader");
+        member.view().1 = true;
+        for _ in 0..50 {
+            if member.is_published() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(member.is_published(), "never published");
+        assert_eq!(
+            member.proposals.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        assert_eq!(
+            member.recorded_client_url().as_deref(),
+            Some("http://127.0.0.1:2379")
+        );
+        stop_tx.send_replace(true);
+        running.await.expect("the task stops");
     }
 }
