@@ -18,10 +18,93 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncekv_core::AlarmKind;
-use oncekv_core::waiting_list::WaitError;
+use oncekv_core::waiting_list::{WaitError, WaitingList};
 
 use crate::request_path::NodeCore;
 use crate::types::NodeId;
+
+/// The quorum waiters a fan-out registers: one per question, keyed by a fresh number,
+/// answered by each member's reply (as text).
+pub(crate) type Fanouts = WaitingList<u64, String, String>;
+
+/// What asking every member needs of this member: who it is, who the members are, and
+/// where the answers are collected.
+pub(crate) trait Fleet: Send + Sync + 'static {
+    fn id(&self) -> NodeId;
+    /// Every member of the configuration in effect, with its peer URL.
+    fn member_urls(&self) -> Vec<(NodeId, String)>;
+    /// A fresh key for one fan-out, and the list its waiter registers in.
+    fn new_fanout(&self) -> (u64, &Fanouts);
+}
+
+/// What the corruption check needs besides: the revision to compare at, each member's
+/// HashKV there, and the alarm. Nothing else of the node.
+pub(crate) trait HashCheck: Fleet {
+    /// This member's current revision, where the check compares.
+    fn revision(&self) -> i64;
+    /// This member's own HashKV at `revision`.
+    fn own_hash(&self, revision: i64) -> Result<u32, String>;
+    /// The member at peer `url`'s HashKV at `revision` (it waits until it has applied it).
+    fn hash_of(
+        &self,
+        url: String,
+        revision: i64,
+    ) -> impl Future<Output = Result<u32, String>> + Send;
+    /// How long the members get to answer.
+    fn answer_timeout(&self) -> Duration;
+    /// Raises CORRUPT for `member`, through the log.
+    fn raise_corrupt(&self, member: NodeId) -> impl Future<Output = Result<(), String>> + Send;
+    /// Resolves once this member has a leader and has caught up with it.
+    fn caught_up(&self) -> impl Future<Output = ()> + Send;
+}
+
+impl Fleet for NodeCore {
+    fn id(&self) -> NodeId {
+        NodeCore::id(self)
+    }
+
+    fn member_urls(&self) -> Vec<(NodeId, String)> {
+        self.membership()
+            .into_iter()
+            .map(|(id, m)| (id, m.peer_url))
+            .collect()
+    }
+
+    fn new_fanout(&self) -> (u64, &Fanouts) {
+        NodeCore::new_fanout(self)
+    }
+}
+
+impl HashCheck for NodeCore {
+    fn revision(&self) -> i64 {
+        self.applied().read().sm.revision()
+    }
+
+    fn own_hash(&self, revision: i64) -> Result<u32, String> {
+        hash_kv(self, revision)
+            .map(|(hash, _, _)| hash)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn hash_of(&self, url: String, revision: i64) -> Result<u32, String> {
+        self.forwarder().hash_kv_at(&url, revision).await
+    }
+
+    fn answer_timeout(&self) -> Duration {
+        self.config().request_timeout
+    }
+
+    async fn raise_corrupt(&self, member: NodeId) -> Result<(), String> {
+        self.set_alarm(true, member, AlarmKind::Corrupt)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn caught_up(&self) -> impl Future<Output = ()> + Send {
+        NodeCore::caught_up(self)
+    }
+}
 
 /// What a corruption check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,29 +194,22 @@ pub(crate) async fn hash_kv_when_applied(core: &NodeCore, revision: i64) -> Resu
         .map_err(|e| e.to_string())
 }
 
-/// Every member of the configuration in effect, with its peer URL.
-fn members(core: &NodeCore) -> Vec<(NodeId, String)> {
-    core.membership()
-        .into_iter()
-        .map(|(id, m)| (id, m.peer_url))
-        .collect()
-}
-
 /// Asks every member `ask` (this member answers itself with `own`), feeding each answer
 /// into one quorum waiter that needs all of them to agree. Returns the waiter's verdict
 /// and every answer received, by member.
-async fn ask_all<F, Fut>(
-    core: &Arc<NodeCore>,
+async fn ask_all<C, F, Fut>(
+    core: &Arc<C>,
     own: String,
     ask: F,
     timeout: Duration,
 ) -> (Result<String, WaitError<String>>, BTreeMap<NodeId, String>)
 where
-    F: Fn(Arc<NodeCore>, String) -> Fut,
+    C: Fleet,
+    F: Fn(Arc<C>, String) -> Fut,
     Fut: Future<Output = Result<String, String>> + Send + 'static,
 {
     let (key, fanouts) = core.new_fanout();
-    let members = members(core);
+    let members = core.member_urls();
     let deadline = tokio::time::Instant::now().into_std() + timeout;
     // Registered before anyone is asked: an answer fed earlier would not count.
     let waiter = fanouts.register_quorum(key, members.len(), members.len(), Some(deadline));
@@ -145,15 +221,14 @@ where
             continue;
         }
         let (fut, tx, id) = (ask(core.clone(), url.clone()), tx.clone(), *id);
-        let fanouts_key = key;
-        let core = core.clone();
+        let fanouts = fanouts.clone();
         tokio::spawn(async move {
             match fut.await {
                 Ok(answer) => {
                     // Recorded for the caller before the waiter may settle on it, so the
                     // answer that decides the verdict is among those the caller reads.
                     let _ = tx.send((id, answer.clone()));
-                    core.fanouts().answer(&fanouts_key, id, answer);
+                    fanouts.answer(&key, id, answer);
                 }
                 Err(e) => tracing::debug!(member = format!("{id:x}"), "fan-out: {e}"),
             }
@@ -191,31 +266,33 @@ where
 /// Compares every member's HashKV at this member's current revision; raises CORRUPT for
 /// the members that disagree.
 pub async fn corruption_check(core: &Arc<NodeCore>) -> CheckOutcome {
-    let revision = core.applied().read().sm.revision();
-    let own = match hash_kv(core, revision) {
-        Ok((hash, _, _)) => hash,
+    check_hashes(core).await
+}
+
+/// [`corruption_check`] for any member that can answer [`HashCheck`]'s questions.
+async fn check_hashes<C: HashCheck>(core: &Arc<C>) -> CheckOutcome {
+    let revision = core.revision();
+    let own = match core.own_hash(revision) {
+        Ok(hash) => hash,
         Err(e) => {
             tracing::warn!("corruption check: own HashKV at {revision}: {e}");
             return CheckOutcome::Incomplete {
                 revision,
                 answered: 0,
-                members: members(core).len(),
+                members: core.member_urls().len(),
             };
         }
     };
-    let timeout = core.config().request_timeout;
-    let (verdict, answers) = ask_all(
-        core,
-        own.to_string(),
-        move |core: Arc<NodeCore>, url| async move {
-            core.forwarder()
-                .hash_kv_at(&url, revision)
-                .await
-                .map(|h| h.to_string())
-        },
-        timeout,
-    )
-    .await;
+    let (verdict, answers) =
+        ask_all(
+            core,
+            own.to_string(),
+            move |core: Arc<C>, url| async move {
+                core.hash_of(url, revision).await.map(|h| h.to_string())
+            },
+            core.answer_timeout(),
+        )
+        .await;
     let hashes: BTreeMap<NodeId, u32> = answers
         .iter()
         .filter_map(|(id, h)| Some((*id, h.parse().ok()?)))
@@ -233,7 +310,7 @@ pub async fn corruption_check(core: &Arc<NodeCore>) -> CheckOutcome {
                 "corruption check: members disagree on HashKV; raising CORRUPT"
             );
             for id in &alarmed {
-                if let Err(e) = core.set_alarm(true, *id, AlarmKind::Corrupt).await {
+                if let Err(e) = core.raise_corrupt(*id).await {
                     tracing::error!("raising CORRUPT for {id:x}: {e}");
                 }
             }
@@ -246,7 +323,7 @@ pub async fn corruption_check(core: &Arc<NodeCore>) -> CheckOutcome {
         Err(_) => CheckOutcome::Incomplete {
             revision,
             answered: hashes.len(),
-            members: members(core).len(),
+            members: core.member_urls().len(),
         },
     }
 }
@@ -287,7 +364,8 @@ pub async fn cluster_health(core: &Arc<NodeCore>) -> Result<(), BTreeMap<NodeId,
     match verdict {
         Ok(answer) if answer == "ok" => Ok(()),
         _ => {
-            let mut report: BTreeMap<NodeId, String> = members(core)
+            let mut report: BTreeMap<NodeId, String> = core
+                .member_urls()
                 .into_iter()
                 .map(|(id, _)| (id, "no answer".to_string()))
                 .collect();
@@ -297,9 +375,23 @@ pub async fn cluster_health(core: &Arc<NodeCore>) -> Result<(), BTreeMap<NodeId,
     }
 }
 
+/// The corruption check once this member has a leader and has caught up with it, as
+/// etcd's initial check runs before it serves.
+pub(crate) async fn initial_check<C: HashCheck>(
+    core: Arc<C>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = stop.changed() => return,
+        () = core.caught_up() => {}
+    }
+    let outcome = check_hashes(&core).await;
+    tracing::info!(?outcome, "initial corruption check");
+}
+
 /// Runs the corruption check every `period` until `stop`.
-pub async fn periodic_check(
-    core: Arc<NodeCore>,
+pub(crate) async fn periodic_check<C: HashCheck>(
+    core: Arc<C>,
     period: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -308,14 +400,123 @@ pub async fn periodic_check(
             _ = stop.changed() => return,
             _ = tokio::time::sleep(period) => {}
         }
-        let outcome = corruption_check(&core).await;
+        let outcome = check_hashes(&core).await;
         tracing::debug!(?outcome, "periodic corruption check");
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+
+    /// Three members whose hashes the test sets; `None`: the member never answers.
+    struct Members {
+        hashes: BTreeMap<NodeId, Option<u32>>,
+        fanouts: Fanouts,
+        alarmed: Mutex<Vec<NodeId>>,
+    }
+
+    impl Members {
+        fn new(hashes: [(NodeId, Option<u32>); 3]) -> Arc<Members> {
+            Arc::new(Members {
+                hashes: hashes.into(),
+                fanouts: Fanouts::default(),
+                alarmed: Mutex::default(),
+            })
+        }
+    }
+
+    impl Fleet for Members {
+        fn id(&self) -> NodeId {
+            1
+        }
+
+        fn member_urls(&self) -> Vec<(NodeId, String)> {
+            self.hashes.keys().map(|id| (*id, id.to_string())).collect()
+        }
+
+        fn new_fanout(&self) -> (u64, &Fanouts) {
+            (7, &self.fanouts)
+        }
+    }
+
+    impl HashCheck for Members {
+        fn revision(&self) -> i64 {
+            42
+        }
+
+        fn own_hash(&self, _: i64) -> Result<u32, String> {
+            self.hashes[&1].ok_or_else(|| "no hash".to_string())
+        }
+
+        fn hash_of(&self, url: String, _: i64) -> impl Future<Output = Result<u32, String>> + Send {
+            let answer = url.parse().ok().and_then(|id: NodeId| self.hashes[&id]);
+            async move {
+                match answer {
+                    Some(hash) => Ok(hash),
+                    None => std::future::pending().await,
+                }
+            }
+        }
+
+        fn answer_timeout(&self) -> Duration {
+            Duration::from_millis(200)
+        }
+
+        fn raise_corrupt(&self, member: NodeId) -> impl Future<Output = Result<(), String>> + Send {
+            self.alarmed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(member);
+            async { Ok(()) }
+        }
+
+        async fn caught_up(&self) {}
+    }
+
+    #[tokio::test]
+    async fn the_check_alarms_the_member_that_disagrees_and_concludes_nothing_without_an_answer() {
+        let agreed = Members::new([(1, Some(7)), (2, Some(7)), (3, Some(7))]);
+        assert_eq!(
+            check_hashes(&agreed).await,
+            CheckOutcome::Consistent {
+                revision: 42,
+                hash: 7
+            }
+        );
+        let corrupt = Members::new([(1, Some(7)), (2, Some(7)), (3, Some(9))]);
+        match check_hashes(&corrupt).await {
+            CheckOutcome::Corrupt {
+                alarmed, hashes, ..
+            } => {
+                assert_eq!(alarmed, vec![3]);
+                assert_eq!(hashes.len(), 3, "every answer is reported: {hashes:?}");
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(
+            *corrupt.alarmed.lock().unwrap_or_else(|p| p.into_inner()),
+            vec![3]
+        );
+        let silent = Members::new([(1, Some(7)), (2, Some(7)), (3, None)]);
+        assert!(matches!(
+            check_hashes(&silent).await,
+            CheckOutcome::Incomplete {
+                answered: 2,
+                members: 3,
+                ..
+            }
+        ));
+        assert!(
+            silent
+                .alarmed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+        );
+    }
 
     #[test]
     fn the_minority_is_alarmed_and_a_tie_alarms_the_checker() {

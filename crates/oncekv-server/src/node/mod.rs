@@ -32,7 +32,7 @@ use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
 
 mod tasks;
 
-use tasks::{fatal_watch, initial_corrupt_check, leadership_watch, publish_client_url, ticker};
+use tasks::{fatal_watch, leadership_watch, publish_client_url, ticker};
 
 /// A running node. Dropping it does not stop it; call [`Node::shutdown`].
 #[derive(Debug)]
@@ -342,7 +342,7 @@ impl Node {
             tokio::spawn(leadership_watch(core.clone(), stop_rx.clone())),
         ];
         if core.config().initial_corrupt_check {
-            tasks.push(tokio::spawn(initial_corrupt_check(
+            tasks.push(tokio::spawn(crate::fanout::initial_check(
                 core.clone(),
                 stop_rx.clone(),
             )));

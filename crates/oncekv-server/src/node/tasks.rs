@@ -1,7 +1,8 @@
 //! The member's background tasks, each started by [`Node`](super::Node) and stopped
 //! with it: the ticker (waiters' deadlines, sessions' and leases' `Tick`, snapshots), the
-//! publication of its client URL, the watch for a fatal stop or its removal, the first
-//! corruption check, and the leadership watch (what an election changes here).
+//! publication of its client URL, the watch for a fatal stop or its removal, and the
+//! leadership watch (what an election changes here). Each sees the node only through a
+//! trait that names what it needs of it. (The corruption checks are `fanout`'s.)
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,12 +13,63 @@ use super::Stopped;
 use crate::error::ProposeError;
 use crate::forwarder::Identified;
 use crate::request_path::NodeCore;
+use crate::types::{Member, NodeId};
+
+/// Raft's view of leader, vote and membership, which changes on elections and membership
+/// changes only.
+type ServerMetrics = openraft::metrics::RaftServerMetrics<NodeId, Member>;
+
+/// What the ticker needs of the node: its period, and the chores it does every period.
+pub(super) trait Upkeep {
+    /// The heartbeat.
+    fn period(&self) -> Duration;
+    /// Fails the waiters whose deadline is before `now`.
+    fn expire_waiters(&self, now: std::time::Instant);
+    /// Measures the store's size for `endpoint status` and the quota.
+    fn measure_db_size(&self);
+    async fn snapshot_if_due(&self);
+    /// On the leader: proposes a `Tick` when a session or lease is due.
+    async fn tick_if_due(&self);
+    /// Leaves a joint membership whose second half is due.
+    fn finish_joint_membership(&self);
+}
+
+// On the `Arc`: finishing a joint membership spawns a task that keeps the node.
+impl Upkeep for Arc<NodeCore> {
+    fn period(&self) -> Duration {
+        Duration::from_millis(self.config().heartbeat_ms.max(10))
+    }
+
+    fn expire_waiters(&self, now: std::time::Instant) {
+        NodeCore::expire_waiters(self, now)
+    }
+
+    fn measure_db_size(&self) {
+        NodeCore::measure_db_size(self);
+    }
+
+    async fn snapshot_if_due(&self) {
+        NodeCore::snapshot_if_due(self).await
+    }
+
+    async fn tick_if_due(&self) {
+        NodeCore::tick_if_due(self).await
+    }
+
+    fn finish_joint_membership(&self) {
+        NodeCore::finish_joint_membership(self)
+    }
+}
 
 /// Every heartbeat: fails the waiters past their deadline (on every member), and on the
 /// leader proposes a `Tick` when a session or lease is due and no traffic has moved
 /// cluster time past it. An idle cluster with nothing due writes nothing.
-pub(super) async fn ticker(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    let period = Duration::from_millis(core.config().heartbeat_ms.max(10));
+pub(super) async fn ticker(core: Arc<NodeCore>, stop: watch::Receiver<bool>) {
+    tick_until_stopped(&core, stop).await
+}
+
+async fn tick_until_stopped(core: &impl Upkeep, mut stop: watch::Receiver<bool>) {
+    let period = core.period();
     // Before the first period too: `endpoint status` right after start reports the size.
     core.measure_db_size();
     loop {
@@ -148,6 +200,55 @@ async fn publish_until_stopped(core: &impl Publisher, mut stop: watch::Receiver<
 pub(super) async fn fatal_watch(
     core: Arc<NodeCore>,
     fatal: watch::Sender<Option<Stopped>>,
+    stop: watch::Receiver<bool>,
+) {
+    watch_for_the_end(&*core, fatal, stop).await
+}
+
+/// What watching for a fatal stop or a removal needs of the node.
+pub(super) trait Liveness {
+    fn id(&self) -> NodeId;
+    /// The member's name, for the log.
+    fn name(&self) -> String;
+    fn own_peer_url(&self) -> String;
+    fn server_metrics(&self) -> watch::Receiver<ServerMetrics>;
+    fn metrics(&self) -> watch::Receiver<openraft::RaftMetrics<NodeId, Member>>;
+    /// Asks the member at peer `url` whether `own_peer_url` is still a member.
+    async fn identify(&self, url: &str, own_peer_url: &str) -> Result<Identified, String>;
+}
+
+impl Liveness for NodeCore {
+    fn id(&self) -> NodeId {
+        NodeCore::id(self)
+    }
+
+    fn name(&self) -> String {
+        self.config().name.clone()
+    }
+
+    fn own_peer_url(&self) -> String {
+        self.members()
+            .get(&self.id())
+            .map(|m| m.peer_url.clone())
+            .unwrap_or_default()
+    }
+
+    fn server_metrics(&self) -> watch::Receiver<ServerMetrics> {
+        self.raft().server_metrics()
+    }
+
+    fn metrics(&self) -> watch::Receiver<openraft::RaftMetrics<NodeId, Member>> {
+        self.raft().metrics()
+    }
+
+    async fn identify(&self, url: &str, own_peer_url: &str) -> Result<Identified, String> {
+        self.forwarder().identify(url, own_peer_url).await
+    }
+}
+
+async fn watch_for_the_end(
+    core: &impl Liveness,
+    fatal: watch::Sender<Option<Stopped>>,
     mut stop: watch::Receiver<bool>,
 ) {
     // Woken by the server metrics (leader, vote, membership), which change on elections
@@ -155,13 +256,10 @@ pub(super) async fn fatal_watch(
     // which under load woke this task (and `leadership_watch`) for nothing. The full
     // metrics are read, never waited on: raft records a fatal error there before its core
     // ends, and the end closes the server metrics channel.
-    let mut server = core.raft().server_metrics();
-    let metrics = core.raft().metrics();
-    let own_peer_url = core
-        .members()
-        .get(&core.id())
-        .map(|m| m.peer_url.clone())
-        .unwrap_or_default();
+    let mut server = core.server_metrics();
+    let metrics = core.metrics();
+    let own_peer_url = core.own_peer_url();
+    let name = core.name();
     loop {
         let (verdict, ask) = {
             let s = server.borrow_and_update();
@@ -196,7 +294,7 @@ pub(super) async fn fatal_watch(
         };
         let mut verdict = verdict;
         for url in &ask {
-            let answer = core.forwarder().identify(url, &own_peer_url).await;
+            let answer = core.identify(url, &own_peer_url).await;
             if answer == Ok(Identified::NotAMember) {
                 verdict = Some(Stopped::Removed);
                 break;
@@ -205,10 +303,10 @@ pub(super) async fn fatal_watch(
         if let Some(verdict) = verdict {
             match &verdict {
                 Stopped::Fatal(e) => {
-                    tracing::error!(name = %core.config().name, "raft stopped: {e}")
+                    tracing::error!(%name, "raft stopped: {e}")
                 }
                 Stopped::Removed => tracing::warn!(
-                    name = %core.config().name,
+                    %name,
                     "this member has been permanently removed from the cluster"
                 ),
             }
@@ -240,22 +338,49 @@ pub(super) async fn fatal_watch(
     }
 }
 
-/// The corruption check once this member has a leader and has caught up with it, as
-/// etcd's initial check runs before it serves.
-pub(super) async fn initial_corrupt_check(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
-    tokio::select! {
-        _ = stop.changed() => return,
-        () = core.caught_up() => {}
-    }
-    let outcome = crate::fanout::corruption_check(&core).await;
-    tracing::info!(?outcome, "initial corruption check");
-}
-
 /// When this node stops leading, everything waiting on it fails with `NotLeader` so that
 /// clients go to the new leader at once instead of waiting for a timeout.
-pub(super) async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Receiver<bool>) {
+pub(super) async fn leadership_watch(core: Arc<NodeCore>, stop: watch::Receiver<bool>) {
+    follow_leadership(&*core, stop).await
+}
+
+/// What following elections needs of the node.
+pub(super) trait Seat {
+    fn id(&self) -> NodeId;
+    fn server_metrics(&self) -> watch::Receiver<ServerMetrics>;
+    /// Counts a change of leader (etcd's `leader_changes_seen_total`).
+    fn leader_changed(&self);
+    /// Whether this member leads, and since which term.
+    fn set_leading(&self, term: Option<u64>);
+    /// Fails every request waiting on this member's leadership; how many there were.
+    fn fail_waiters(&self, leader: Option<NodeId>) -> usize;
+}
+
+impl Seat for NodeCore {
+    fn id(&self) -> NodeId {
+        NodeCore::id(self)
+    }
+
+    fn server_metrics(&self) -> watch::Receiver<ServerMetrics> {
+        self.raft().server_metrics()
+    }
+
+    fn leader_changed(&self) {
+        self.node_metrics().leader_changed();
+    }
+
+    fn set_leading(&self, term: Option<u64>) {
+        NodeCore::set_leading(self, term)
+    }
+
+    fn fail_waiters(&self, leader: Option<NodeId>) -> usize {
+        NodeCore::fail_waiters(self, ProposeError::NotLeader { leader })
+    }
+}
+
+async fn follow_leadership(core: &impl Seat, mut stop: watch::Receiver<bool>) {
     // The server metrics change with the leader and the vote only (see `fatal_watch`).
-    let mut server = core.raft().server_metrics();
+    let mut server = core.server_metrics();
     let mut was_leader = false;
     // etcd counts every change of the leader this member sees, the first one included.
     let mut last_seen = None;
@@ -266,7 +391,7 @@ pub(super) async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Recei
             (s.current_leader, s.vote.leader_id().get_term())
         };
         if leader != last_seen {
-            core.node_metrics().leader_changed();
+            core.leader_changed();
             // etcd's words for the same moments (raft.node at INFO).
             match (last_seen, leader) {
                 (_, Some(l)) => {
@@ -290,7 +415,7 @@ pub(super) async fn leadership_watch(core: Arc<NodeCore>, mut stop: watch::Recei
             core.set_leading(is_leader.then_some(term));
         }
         if was_leader && !is_leader {
-            let n = core.fail_waiters(ProposeError::NotLeader { leader });
+            let n = core.fail_waiters(leader);
             tracing::info!(
                 failed = n,
                 ?leader,
@@ -396,5 +521,94 @@ mod tests {
         );
         stop_tx.send_replace(true);
         running.await.expect("the task stops");
+    }
+
+    /// A member that records what the leadership watch tells it.
+    struct Follower {
+        metrics: watch::Receiver<ServerMetrics>,
+        leading: Mutex<Vec<Option<u64>>>,
+        changes: std::sync::atomic::AtomicUsize,
+        failed: Mutex<Vec<Option<NodeId>>>,
+    }
+
+    impl Seat for Follower {
+        fn id(&self) -> NodeId {
+            1
+        }
+
+        fn server_metrics(&self) -> watch::Receiver<ServerMetrics> {
+            self.metrics.clone()
+        }
+
+        fn leader_changed(&self) {
+            self.changes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        fn set_leading(&self, term: Option<u64>) {
+            self.leading
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(term);
+        }
+
+        fn fail_waiters(&self, leader: Option<NodeId>) -> usize {
+            self.failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(leader);
+            3
+        }
+    }
+
+    fn led_by(leader: Option<NodeId>, term: u64) -> ServerMetrics {
+        ServerMetrics {
+            id: 1,
+            vote: openraft::Vote::new_committed(term, leader.unwrap_or(2)),
+            state: openraft::ServerState::Follower,
+            current_leader: leader,
+            membership_config: Arc::default(),
+        }
+    }
+
+    // Winning an election marks this member leading since its term; losing it fails the
+    // waiting requests once, naming the new leader, and every change of leader is counted.
+    #[tokio::test]
+    async fn losing_the_leadership_fails_the_waiting_requests_once() {
+        let (metrics_tx, metrics) = watch::channel(led_by(None, 1));
+        let member = Arc::new(Follower {
+            metrics,
+            leading: Mutex::default(),
+            changes: Default::default(),
+            failed: Mutex::default(),
+        });
+        let (stop_tx, stop) = watch::channel(false);
+        let running = {
+            let member = member.clone();
+            tokio::spawn(async move { follow_leadership(&*member, stop).await })
+        };
+        let settle = || tokio::time::sleep(Duration::from_millis(50));
+        settle().await;
+        metrics_tx.send_replace(led_by(Some(1), 2));
+        settle().await;
+        metrics_tx.send_replace(led_by(Some(3), 3));
+        settle().await;
+        metrics_tx.send_replace(led_by(Some(3), 3));
+        settle().await;
+        stop_tx.send_replace(true);
+        running.await.expect("the task stops");
+        let leading = member
+            .leading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        assert_eq!(leading, vec![Some(2), None]);
+        let failed = member
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        assert_eq!(failed, vec![Some(3)]);
+        assert_eq!(member.changes.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

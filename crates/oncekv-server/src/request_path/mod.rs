@@ -350,11 +350,6 @@ impl NodeCore {
         (id, &self.fanouts)
     }
 
-    /// The waiting list of the questions asked of every member.
-    pub(crate) fn fanouts(&self) -> &WaitingList<u64, String, String> {
-        &self.fanouts
-    }
-
     /// Overwrites `key`'s value in this member's applied state only, bypassing the log:
     /// breaks replica agreement on purpose. For corruption-detection tests; nothing in
     /// the server calls it.
