@@ -54,6 +54,7 @@
 //! ```
 
 pub mod auth;
+pub mod broken;
 pub mod command;
 pub mod encoding;
 pub mod fingerprint;

@@ -289,6 +289,7 @@ impl StateMachine {
         // What a raised alarm answers instead of running the op (nearly always `None`),
         // decided before the store is borrowed for the op.
         let refused = self.alarm_refusal(&t.op).map(|e| self.refused(e));
+        let dedup_broken = self.dedup_broken();
         // A put's search of the store comes before the session check (see `Ready`), so the
         // session's cache miss and the store's overlap instead of adding up (the figures
         // are in benches/README.md). The prefetch's bucket index is kept for the check
@@ -327,11 +328,11 @@ impl StateMachine {
                 pending.save(&reply, self.cluster_time);
                 Response::Op(Ok(reply))
             }
-            // The simulation's `--break dedup` executes the duplicate again; the first
-            // reply stays saved.
-            #[cfg(feature = "sim")]
-            Verdict::Duplicate(_) if self.probe.break_dedup => {
+            // The simulation's and the nemesis's `--break dedup` execute the duplicate
+            // again; the first reply stays saved.
+            Verdict::Duplicate(_) if dedup_broken => {
                 self.stats.executed += 1;
+                #[cfg(feature = "sim")]
                 self.probe.note_executed(index, t);
                 Response::Op(Ok(ready.execute(
                     &mut self.leases,
@@ -413,6 +414,17 @@ impl StateMachine {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Whether duplicates are executed again: only in a deliberately broken build (the
+    /// simulation's probe, or [`crate::broken`]).
+    #[inline]
+    fn dedup_broken(&self) -> bool {
+        #[cfg(feature = "sim")]
+        if self.probe.break_dedup {
+            return true;
+        }
+        crate::broken::is(crate::broken::Break::Dedup)
     }
 
     /// The simulation's instrumentation (see [`SimProbe`]).

@@ -356,6 +356,13 @@ impl Node {
         }
         let id = core.id();
         tracing::info!(name = %core.config().name, id = format!("{id:x}"), %client_addr, %peer_addr, "oncekv node started");
+        let broken = oncekv_core::broken::active();
+        if !broken.is_empty() {
+            tracing::warn!(
+                ?broken,
+                "this build is deliberately broken (ONCEKV_BREAK): for the nemesis's checks only"
+            );
+        }
         Node {
             core,
             client_addr,

@@ -162,6 +162,9 @@ impl NodeCore {
     /// `ReadBatcher`); a follower asks the leader once
     /// per batch.
     pub async fn read_index(&self) -> Result<(), ProposeError> {
+        if oncekv_core::broken::is(oncekv_core::broken::Break::StaleRead) {
+            return Ok(());
+        }
         // A member that leads joins its own rounds directly: through `reads` its read
         // would wait for a round of `reads` that waits for one of `leader_reads`. Should
         // it have lost the lead meanwhile, `reads` finds the new leader.
