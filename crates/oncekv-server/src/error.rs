@@ -181,6 +181,9 @@ pub enum StartError {
     StateMachine(String),
     #[error("this member's identity file: {0}")]
     Identity(String),
+    /// An etcd data directory (`member/snap/db`) could not be imported.
+    #[error("importing etcd's data directory: {0}")]
+    Import(String),
     /// The log is not where this start looks for it (`--wal-dir` changed or dropped).
     #[error("{0}")]
     WalDir(String),

@@ -4,7 +4,9 @@
 //! `--initial-cluster` for a founding member (ids from names, so every founder computes
 //! the same) or from the running cluster for a joining one, and kept in the data
 //! directory's `member` file, so later restarts do not depend on the flags staying the
-//! same.
+//! same. In a data directory laid out as etcd's (imported from `etcdctl snapshot
+//! restore`, see [`crate::backup::import_etcd_data_dir`]) `member` is etcd's directory,
+//! left as it was; the identity is then kept beside it in `oncekv-member`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,11 +22,21 @@ pub struct Identity {
 }
 
 const IDENTITY_FILE: &str = "member";
+/// Where the identity is kept when `member` is etcd's directory.
+const BESIDE_ETCD_FILE: &str = "oncekv-member";
+
+/// The identity file's name in `data_dir`.
+fn file_name(disk: &dyn Disk, data_dir: &Path) -> &'static str {
+    match disk.list_dir(&data_dir.join(IDENTITY_FILE)) {
+        Ok(_) => BESIDE_ETCD_FILE,
+        Err(_) => IDENTITY_FILE,
+    }
+}
 
 impl Identity {
     /// The identity saved in `data_dir`, if any.
     pub fn load(disk: &dyn Disk, data_dir: &Path) -> Result<Option<Identity>, String> {
-        let path = data_dir.join(IDENTITY_FILE);
+        let path = data_dir.join(file_name(disk, data_dir));
         let text = match disk.read(&path) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -44,8 +56,9 @@ impl Identity {
 
     /// Saves it durably in `data_dir` (a temporary file, synced, renamed over).
     pub fn save(&self, disk: &dyn Disk, data_dir: &Path) -> Result<(), String> {
-        let path = data_dir.join(IDENTITY_FILE);
-        let tmp = data_dir.join(format!("{IDENTITY_FILE}.tmp"));
+        let name = file_name(disk, data_dir);
+        let path = data_dir.join(name);
+        let tmp = data_dir.join(format!("{name}.tmp"));
         let text = format!(
             "member_id={:x}\ncluster_id={:x}\n",
             self.member_id, self.cluster_id
@@ -114,5 +127,24 @@ mod tests {
         assert_eq!(Identity::load(disk.as_ref(), dir.path()), Ok(Some(id)));
         std::fs::write(dir.path().join(IDENTITY_FILE), "member_id=zz\n").expect("write");
         assert!(Identity::load(disk.as_ref(), dir.path()).is_err());
+    }
+
+    #[test]
+    fn beside_an_etcd_member_directory_the_identity_has_a_file_of_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = crate::disk::os_disk();
+        std::fs::create_dir_all(dir.path().join("member/snap")).expect("mkdir");
+        assert_eq!(Identity::load(disk.as_ref(), dir.path()), Ok(None));
+        let id = Identity {
+            member_id: 7,
+            cluster_id: 9,
+        };
+        id.save(disk.as_ref(), dir.path()).expect("saved");
+        assert!(dir.path().join(BESIDE_ETCD_FILE).is_file());
+        assert!(
+            dir.path().join("member/snap").is_dir(),
+            "etcd's files untouched"
+        );
+        assert_eq!(Identity::load(disk.as_ref(), dir.path()), Ok(Some(id)));
     }
 }

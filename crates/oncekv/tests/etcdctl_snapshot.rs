@@ -225,22 +225,7 @@ fn a_copy_moves_to_etcd_and_back() {
     ok(etcdctl(&ep, &["snapshot", "save", copy.to_str().unwrap()]));
     let (eclient, epeer) = (free_port(), free_port());
     let etcd_dir = dir.path().join("etcd-data");
-    ok(etcdctl(
-        &ep,
-        &[
-            "snapshot",
-            "restore",
-            copy.to_str().unwrap(),
-            "--name",
-            "e1",
-            "--data-dir",
-            etcd_dir.to_str().unwrap(),
-            "--initial-cluster",
-            &format!("e1=http://127.0.0.1:{epeer}"),
-            "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{epeer}"),
-        ],
-    ));
+    etcdctl_restore(&copy, "e1", &etcd_dir, epeer);
     let etcd = etcd_member(&etcd_dir, "e1", (eclient, epeer));
     let eep = format!("127.0.0.1:{eclient}");
     assert_eq!(kvs_json(&eep), original);
@@ -300,4 +285,97 @@ fn a_copy_moves_to_etcd_and_back() {
         .max()
         .unwrap();
     assert_eq!(v["header"]["revision"].as_i64().unwrap(), last + 1);
+}
+
+/// `etcdctl snapshot restore` of `copy` into `data_dir`, for the single member `name` of a
+/// new cluster whose peer port is `peer`.
+fn etcdctl_restore(copy: &std::path::Path, name: &str, data_dir: &std::path::Path, peer: u16) {
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    ok(etcdctl(
+        "127.0.0.1:1",
+        &[
+            "snapshot",
+            "restore",
+            copy.to_str().unwrap(),
+            "--name",
+            name,
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+            "--initial-cluster",
+            &format!("{name}={peer_url}"),
+            "--initial-advertise-peer-urls",
+            &peer_url,
+        ],
+    ));
+}
+
+/// Every file under `dir` with its contents.
+fn files_under(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                out.insert(path.clone(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+// The migration an etcd operator reaches for first (etcd's TestIssue6361): `etcdctl
+// snapshot restore` writes etcd's data directory (member/snap/db, member/wal), and the
+// member is started on it. oncekv imports the database once, leaves etcd's files as they
+// were, and a write made after the import survives a restart (no second import).
+#[test]
+fn a_member_starts_on_a_data_dir_written_by_etcdctl_snapshot_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, (client, _)) = common::serve_single(dir.path(), &[]);
+    let ep = format!("127.0.0.1:{client}");
+    common::wait_serving(&ep);
+    for (k, v) in [("foo1", "val1"), ("foo2", "val2"), ("foo3", "val3")] {
+        ok(etcdctl(&ep, &["put", k, v]));
+    }
+    let foos = |ep: &str| eventually(ep, &["get", "foo", "--prefix", "-w", "json"]);
+    let kvs = |out: String| serde_json::from_str::<serde_json::Value>(&out).unwrap()["kvs"].clone();
+    let original = kvs(foos(&ep));
+    let copy = dir.path().join("copy.db");
+    ok(etcdctl(&ep, &["snapshot", "save", copy.to_str().unwrap()]));
+    drop(source);
+
+    let (rclient, rpeer) = (free_port(), free_port());
+    let cluster = format!("infra1=http://127.0.0.1:{rpeer}");
+    let restored = dir.path().join("restored");
+    let data_dir = restored.join("infra1");
+    etcdctl_restore(&copy, "infra1", &data_dir, rpeer);
+    assert!(data_dir.join("member/snap/db").is_file());
+    let etcd_files = files_under(&data_dir.join("member"));
+    let start = || {
+        let member = common::Members(vec![serve_member(
+            &restored,
+            "infra1",
+            (rclient, rpeer),
+            &cluster,
+            false,
+            Stdio::null(),
+        )]);
+        common::wait_serving(&format!("127.0.0.1:{rclient}"));
+        member
+    };
+    let rep = format!("127.0.0.1:{rclient}");
+    let member = start();
+    assert_eq!(kvs(foos(&rep)), original);
+    ok(etcdctl(&rep, &["put", "after", "import"]));
+    drop(member);
+    assert_eq!(
+        files_under(&data_dir.join("member")),
+        etcd_files,
+        "etcd's files changed"
+    );
+    let _member = start();
+    assert_eq!(ok(etcdctl(&rep, &["get", "after"])), "after\nimport\n");
+    assert_eq!(kvs(foos(&rep)), original);
 }

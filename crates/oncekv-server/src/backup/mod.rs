@@ -358,7 +358,21 @@ pub fn restore(
         }
         _ => {}
     }
-    let Opened { file, sm, summary } = open(bytes, opts)?;
+    let opened = open(bytes, opts)?;
+    install(opened, disk, data_dir, name, initial_cluster, cluster_token)
+}
+
+/// Writes `opened`'s state into `data_dir` as the snapshot of member `name` of a new
+/// cluster of `initial_cluster`, then the member's identity: the identity comes last, so
+/// a data directory with one holds the whole state durably.
+fn install(
+    Opened { file, sm, summary }: Opened,
+    disk: &dyn Disk,
+    data_dir: &Path,
+    name: &str,
+    initial_cluster: &[Member],
+    cluster_token: &str,
+) -> Result<Summary, String> {
     // A state not read from one whole snapshot file (an etcd database's, or a copy that
     // keeps its key space in etcd's `key` bucket) becomes one here.
     let data = match file {
@@ -398,6 +412,55 @@ pub fn restore(
     Ok(summary)
 }
 
+/// Where `etcdctl snapshot restore` (and etcd itself) keeps a member's database.
+const ETCD_DB: &str = "member/snap/db";
+
+/// Starts member `name` on a data directory laid out as etcd's: imports `member/snap/db`
+/// (what `etcdctl snapshot restore` writes) once, as [`restore`] would from the same
+/// database, when the directory has no oncekv identity yet. etcd's files are only read,
+/// never changed; the import is durable once the identity is written (last), so a crash
+/// during it imports again at the next start. `Ok(None)`: nothing to import.
+///
+/// Only the database is read. `member/wal` after a restore holds the new membership
+/// only; a running etcd's WAL can hold writes the database does not have yet, so a
+/// directory taken from a live etcd member must come from a clean stop.
+pub fn import_etcd_data_dir(
+    disk: &dyn Disk,
+    data_dir: &Path,
+    name: &str,
+    initial_cluster: &[Member],
+    cluster_token: &str,
+    now_ms: u64,
+) -> Result<Option<Summary>, String> {
+    let db_path = data_dir.join(ETCD_DB);
+    let bytes = match disk.read(&db_path) {
+        Ok(bytes) => bytes,
+        // Not there, or `member` is oncekv's identity file rather than etcd's directory.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("reading {}: {e}", db_path.display())),
+    };
+    if Identity::load(disk, data_dir)?.is_some() {
+        return Ok(None);
+    }
+    if !initial_cluster.iter().any(|m| m.name == name) {
+        return Err(format!("member {name:?} is not in --initial-cluster"));
+    }
+    let opts = OpenOptions {
+        // A database in a data directory carries no SHA-256 (only a snapshot stream does).
+        skip_hash_check: true,
+        now_ms,
+    };
+    let opened = open(&bytes, opts).map_err(|e| format!("{}: {e}", db_path.display()))?;
+    install(opened, disk, data_dir, name, initial_cluster, cluster_token).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -426,5 +489,32 @@ mod tests {
             damaged[2] ^= 1;
             assert!(unseal(&damaged).is_err());
         }
+    }
+
+    #[test]
+    fn only_an_etcd_layout_is_imported_and_a_damaged_database_is_refused() {
+        let disk = crate::disk::os_disk();
+        let cluster = [Member {
+            name: "m1".into(),
+            peer_url: "http://127.0.0.1:2380".into(),
+            client_url: String::new(),
+        }];
+        let import = |dir: &Path| import_etcd_data_dir(disk.as_ref(), dir, "m1", &cluster, "t", 0);
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(import(empty.path()), Ok(None));
+        // oncekv's own layout: `member` is its identity file.
+        let own = tempfile::tempdir().unwrap();
+        std::fs::write(own.path().join("member"), "member_id=1\ncluster_id=2\n").unwrap();
+        assert_eq!(import(own.path()), Ok(None));
+        let damaged = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(damaged.path().join("member/snap")).unwrap();
+        std::fs::write(damaged.path().join(ETCD_DB), vec![0xab; 8192]).unwrap();
+        let refused = import(damaged.path()).unwrap_err();
+        assert!(refused.contains("member/snap/db"), "{refused}");
+        assert!(
+            !damaged.path().join("state").exists(),
+            "nothing half-imported"
+        );
+        assert_eq!(Identity::load(disk.as_ref(), damaged.path()), Ok(None));
     }
 }

@@ -176,6 +176,7 @@ impl Node {
         if let Some(d) = duplicator {
             peers = peers.with_duplicator(d);
         }
+        import_etcd_layout(&config)?;
         let identity = identity(&config, &peers).await?;
         peers.set_identity(identity.cluster_id, identity.member_id);
         let id = identity.member_id;
@@ -467,6 +468,32 @@ impl Node {
             tracing::warn!("closing the raft log at stop: {e}");
         }
     }
+}
+
+/// A data directory written by `etcdctl snapshot restore` (etcd's `member/snap/db`) is
+/// imported at the first start on it, as `oncekv snapshot restore` would from the same
+/// database; etcd's files are left as they were.
+fn import_etcd_layout(config: &NodeConfig) -> Result<(), StartError> {
+    let imported = crate::backup::import_etcd_data_dir(
+        config.disk.as_ref(),
+        &config.data_dir,
+        &config.name,
+        &config.initial_cluster,
+        &config.initial_cluster_token,
+        config.clock.now_ms(),
+    )
+    .map_err(StartError::Import)?;
+    if let Some(summary) = imported {
+        tracing::info!(
+            data_dir = %config.data_dir.display(),
+            revision = summary.revision,
+            keys = summary.live_keys,
+            origin = %summary.origin,
+            "imported etcd's member/snap/db as this member's state (once; etcd's files are \
+             left as they were and no longer read)"
+        );
+    }
+    Ok(())
 }
 
 /// This member's identity: the one saved in its data directory, or at the first start
