@@ -4,9 +4,12 @@
 //! and real `oncekv-client` clients run as turmoil hosts on one thread, in simulated time,
 //! over a simulated network and simulated disks ([`disk::MemDisk`]), with every source of
 //! randomness seeded from one `u64`. The seed chooses the faults ([`faults`]) and the
-//! workload ([`workload`], with [`watchers`] following it) and a membership change
-//! ([`membership`]); the checkers ([`replicas`],
-//! [`check`], [`linearizability`], [`watchers::check`], [`lockers::check`]) judge the run. Running a seed again reproduces it bit for bit ([`run::Report::trace_hash`]).
+//! workload ([`workload`], with [`watchers`] and [`lockers`] beside it) and a membership
+//! change ([`membership`]). At the end [`replicas`] compares the members' state, and the
+//! history checkers of `oncekv-check` judge what the clients recorded (exactly-once,
+//! linearizability, watch order, lock fencing), the same checkers that judge a run
+//! against real processes or against etcd. Running a seed again reproduces it bit for bit
+//! ([`run::Report::trace_hash`]).
 //!
 //! ```no_run
 //! let report = oncekv_sim::run::run(42, &oncekv_sim::run::Options::default());
@@ -18,11 +21,9 @@
 //! per-process random state and a seed need not replay (see the crate README).
 //! [`TOKIO_SEEDED`] says whether this build has it.
 
-pub mod check;
 pub mod disk;
 pub mod duplicate;
 pub mod faults;
-pub mod linearizability;
 pub mod lockers;
 pub mod membership;
 pub mod net;

@@ -20,7 +20,6 @@ use oncekv_server::transport::MessageKind;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::check;
 use crate::disk::MemDisk;
 use crate::duplicate::Duplicates;
 use crate::faults::{self, Action};
@@ -449,18 +448,18 @@ pub fn run(seed: u64, opts: &Options) -> Report {
     let history = lock(&history).clone();
     let replicas = lock(&replicas);
     violations.extend(replicas.violations.iter().cloned());
-    violations.extend(check::history(&history, opts.clients));
+    violations.extend(oncekv_check::check_calls(&history, opts.clients));
     let records = std::mem::take(&mut *lock(&records));
     if opts.watchers {
         match &histories {
-            Ok(h) => violations.extend(watchers::check(&records, h)),
+            Ok(h) => violations.extend(oncekv_check::watch_order::check(&records, h)),
             Err(e) => violations.push(format!("watchers: {e}")),
         }
     }
     let lock_record = std::mem::take(&mut *lock(&lock_records));
     if opts.lockers {
         match &lock_history {
-            Ok(h) => violations.extend(lockers::check(&lock_record, h)),
+            Ok(h) => violations.extend(oncekv_check::fencing::check(&lock_record, h)),
             Err(e) => violations.push(format!("lockers: {e}")),
         }
     }

@@ -1,8 +1,9 @@
 //! Watchers: hosts of their own running the real `oncekv-client` watch (which resumes on
 //! another member when its member fails) while the workload writes and the faults strike.
-//! Each records every event it is handed; at the end, the checker compares the sequence
-//! with the replicas' history for the watcher's range: equal, revision for revision, from
-//! the watch's start to the last revision written, without a gap, a repeat or a reordering.
+//! Each records every event it is handed; at the end, [`oncekv_check::watch_order`]
+//! compares the sequence with the replicas' history for the watcher's range
+//! ([`history_of`]): equal, revision for revision, from the watch's start to the last
+//! revision written, without a gap, a repeat or a reordering.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,21 +15,12 @@ use oncekv_core::{EventKind, KeyRange, ReadLimit, StateMachine, prefix_end};
 use crate::net;
 use crate::trace::Trace;
 use crate::workload::now_ms;
+// What a watcher records, and the checker that judges it (`oncekv_check::watch_order`).
+pub use oncekv_check::watch::{Record, Seen};
 
 /// How long watchers keep watching after the last workload client has finished, for the
 /// last events to reach them (faults are over by then).
 const SETTLE: Duration = Duration::from_secs(3);
-
-/// One event as a watcher received it, or as history holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    pub revision: i64,
-    pub key: String,
-    pub put: bool,
-    pub value: String,
-    /// The previous value (watches ask for it).
-    pub prev: Option<String>,
-}
 
 /// What one watcher watches.
 #[derive(Debug, Clone)]
@@ -51,17 +43,6 @@ pub fn specs() -> Vec<Spec> {
             start_revision: 0,
         },
     ]
-}
-
-/// What a watcher recorded.
-#[derive(Debug, Default)]
-pub struct Record {
-    /// The revision the watch started at (its first revision to report).
-    pub start: i64,
-    pub seen: Vec<Seen>,
-    pub resumes: u64,
-    /// Why the watch ended early, if it did.
-    pub error: Option<String>,
 }
 
 pub type Records = Arc<Mutex<Vec<Record>>>;
@@ -190,91 +171,4 @@ pub fn history_of(sm: &StateMachine, spec: &Spec) -> Result<Vec<Seen>, String> {
             prev: e.prev_kv.as_ref().map(|p| text(&p.value)),
         })
         .collect())
-}
-
-/// Each watcher's events against the history (`history[i]` for watcher `i`): from its
-/// start revision on, the same events in the same order, through the last one written.
-pub fn check(records: &[Record], history: &[Vec<Seen>]) -> Vec<String> {
-    let mut violations = Vec::new();
-    for (i, (record, history)) in records.iter().zip(history).enumerate() {
-        if let Some(e) = &record.error {
-            violations.push(format!("watcher w{i} ended early: {e}"));
-            continue;
-        }
-        let want: Vec<&Seen> = history
-            .iter()
-            .filter(|s| s.revision >= record.start)
-            .collect();
-        let first_difference = record
-            .seen
-            .iter()
-            .zip(&want)
-            .position(|(got, want)| got != *want);
-        if let Some(at) = first_difference {
-            violations.push(format!(
-                "watcher w{i} (from revision {}): event {at} is {:?}, history has {:?}",
-                record.start, record.seen[at], want[at]
-            ));
-        } else if record.seen.len() > want.len() {
-            violations.push(format!(
-                "watcher w{i}: {} events past the end of history, first {:?}",
-                record.seen.len() - want.len(),
-                record.seen[want.len()]
-            ));
-        } else if record.seen.len() < want.len() {
-            violations.push(format!(
-                "watcher w{i}: stopped after {} of {} events (next {:?})",
-                record.seen.len(),
-                want.len(),
-                want[record.seen.len()]
-            ));
-        }
-    }
-    violations
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seen(revision: i64) -> Seen {
-        Seen {
-            revision,
-            key: "k0".into(),
-            put: true,
-            value: format!("v{revision}"),
-            prev: None,
-        }
-    }
-
-    fn record(start: i64, revisions: &[i64]) -> Record {
-        Record {
-            start,
-            seen: revisions.iter().map(|r| seen(*r)).collect(),
-            ..Record::default()
-        }
-    }
-
-    // The checker must catch each way a watch can break its promise, or the simulation's
-    // clean watch runs prove nothing.
-    #[test]
-    fn a_gap_a_repeat_a_reordering_or_a_short_tail_is_a_violation() {
-        let history = vec![(2..=6).map(seen).collect::<Vec<_>>()];
-        assert!(check(&[record(1, &[2, 3, 4, 5, 6])], &history).is_empty());
-        assert!(check(&[record(4, &[4, 5, 6])], &history).is_empty());
-        for bad in [
-            record(1, &[2, 3, 5, 6]),
-            record(1, &[2, 3, 3, 4, 5, 6]),
-            record(1, &[2, 4, 3, 5, 6]),
-            record(1, &[2, 3, 4]),
-            record(4, &[3, 4, 5, 6]),
-        ] {
-            assert_eq!(check(&[bad], &history).len(), 1);
-        }
-        let ended = Record {
-            error: Some("compacted".into()),
-            ..record(1, &[2, 3, 4, 5, 6])
-        };
-        assert_eq!(check(&[ended], &history).len(), 1);
-    }
 }

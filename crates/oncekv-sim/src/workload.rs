@@ -15,57 +15,12 @@ use rand::{Rng, SeedableRng};
 
 use crate::net;
 use crate::trace::Trace;
+// The recorded history's vocabulary belongs to the checkers that read it.
+pub use oncekv_check::{Call, Event, Outcome};
+use oncekv_check::{final_key, final_value, own_key};
 
 /// Shared keys every client reads and writes (the linearizability checker's subject).
 pub const SHARED_KEYS: usize = 4;
-
-/// What a call did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Answered; for reads the value seen, for CAS whether it succeeded.
-    Ok(Option<String>),
-    /// Refused with an answer (nothing applied).
-    Failed(String),
-    /// May or may not have been applied.
-    Unknown,
-}
-
-/// The kind of a call, with its arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Call {
-    Put {
-        value: String,
-    },
-    Delete,
-    /// Compare the value with `expect` (`None`: the key is absent), then put `value`.
-    Cas {
-        expect: Option<String>,
-        value: String,
-    },
-    Get {
-        serializable: bool,
-    },
-    LeaseGrant {
-        id: i64,
-        ttl: i64,
-    },
-    LeaseRevoke {
-        id: i64,
-        long_lived: bool,
-    },
-}
-
-/// One recorded call.
-#[derive(Debug, Clone)]
-pub struct Event {
-    pub client: usize,
-    pub key: String,
-    pub call: Call,
-    pub outcome: Outcome,
-    /// Simulated milliseconds at invocation and at the answer.
-    pub start: u64,
-    pub end: u64,
-}
 
 /// Every client's calls, in completion order.
 pub type History = Arc<Mutex<Vec<Event>>>;
@@ -101,11 +56,6 @@ fn config() -> ClientConfig {
         exactly_once: true,
         ..ClientConfig::default()
     }
-}
-
-/// The key only client `c` writes: its final version must count its puts exactly.
-pub fn own_key(client: usize) -> String {
-    format!("own/{client}")
 }
 
 fn classify_write<T>(r: &Result<T, Error>) -> Option<Outcome> {
@@ -234,7 +184,7 @@ pub async fn run(plan: ClientPlan) -> turmoil::Result {
         Ok(resp) => Outcome::Ok(
             resp.kvs
                 .first()
-                .map(|kv| format!("{}@v{}", String::from_utf8_lossy(&kv.value), kv.version)),
+                .map(|kv| final_value(&String::from_utf8_lossy(&kv.value), kv.version)),
         ),
         Err(e) => Outcome::Failed(format!("final read: {e}")),
     };
@@ -244,7 +194,7 @@ pub async fn run(plan: ClientPlan) -> turmoil::Result {
     record(
         &plan.history,
         c,
-        format!("final/{c}"),
+        final_key(c),
         Call::Get {
             serializable: false,
         },
