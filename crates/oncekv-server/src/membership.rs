@@ -26,7 +26,7 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 
 pub use crate::config::DEFAULT_CLUSTER_TOKEN;
 use crate::error::ProposeError;
-pub use crate::identity::{Identity, founding_cluster_id};
+pub use crate::identity::Identity;
 pub use crate::member_change::{Changed, MemberChange, MemberInfo, MembershipError};
 use crate::request_path::NodeCore;
 use crate::types::{Member, NodeId};

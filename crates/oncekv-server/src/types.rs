@@ -44,8 +44,9 @@ pub type NodeId = u64;
 pub type LogId = openraft::LogId<NodeId>;
 pub type StorageError = openraft::StorageError<NodeId>;
 
-/// A member id derived from its name (FNV-1a, never 0), so every node computes the same ids
-/// from the same `--initial-cluster`, and they print like etcd's hex member ids.
+/// A 64-bit id hashed from `name` (FNV-1a, never 0): the founders' ids of clusters formed
+/// before oncekv took etcd's ([`crate::identity::IdScheme`]), and the base of the ids
+/// MemberAdd draws.
 pub fn member_id(name: &str) -> NodeId {
     let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)

@@ -225,7 +225,7 @@ fn a_copy_moves_to_etcd_and_back() {
     ok(etcdctl(&ep, &["snapshot", "save", copy.to_str().unwrap()]));
     let (eclient, epeer) = (free_port(), free_port());
     let etcd_dir = dir.path().join("etcd-data");
-    etcdctl_restore(&copy, "e1", &etcd_dir, epeer);
+    let _ = etcdctl_restore(&copy, "e1", &etcd_dir, epeer);
     let etcd = etcd_member(&etcd_dir, "e1", (eclient, epeer));
     let eep = format!("127.0.0.1:{eclient}");
     assert_eq!(kvs_json(&eep), original);
@@ -288,10 +288,15 @@ fn a_copy_moves_to_etcd_and_back() {
 }
 
 /// `etcdctl snapshot restore` of `copy` into `data_dir`, for the single member `name` of a
-/// new cluster whose peer port is `peer`.
-fn etcdctl_restore(copy: &std::path::Path, name: &str, data_dir: &std::path::Path, peer: u16) {
+/// new cluster whose peer port is `peer`; the member id etcdctl gave it (hex).
+fn etcdctl_restore(
+    copy: &std::path::Path,
+    name: &str,
+    data_dir: &std::path::Path,
+    peer: u16,
+) -> String {
     let peer_url = format!("http://127.0.0.1:{peer}");
-    ok(etcdctl(
+    let out = etcdctl(
         "127.0.0.1:1",
         &[
             "snapshot",
@@ -306,7 +311,14 @@ fn etcdctl_restore(copy: &std::path::Path, name: &str, data_dir: &std::path::Pat
             "--initial-advertise-peer-urls",
             &peer_url,
         ],
-    ));
+    );
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out);
+    // etcdctl logs the member it adds: ..."added-peer-id":"347efd38acec9c95"...
+    let (_, rest) = log
+        .split_once("\"added-peer-id\":\"")
+        .unwrap_or_else(|| panic!("no added-peer-id in {log}"));
+    rest.split('"').next().unwrap().to_string()
 }
 
 /// Every file under `dir` with its contents.
@@ -350,7 +362,7 @@ fn a_member_starts_on_a_data_dir_written_by_etcdctl_snapshot_restore() {
     let cluster = format!("infra1=http://127.0.0.1:{rpeer}");
     let restored = dir.path().join("restored");
     let data_dir = restored.join("infra1");
-    etcdctl_restore(&copy, "infra1", &data_dir, rpeer);
+    let etcd_id = etcdctl_restore(&copy, "infra1", &data_dir, rpeer);
     assert!(data_dir.join("member/snap/db").is_file());
     let etcd_files = files_under(&data_dir.join("member"));
     let start = || {
@@ -368,6 +380,13 @@ fn a_member_starts_on_a_data_dir_written_by_etcdctl_snapshot_restore() {
     let rep = format!("127.0.0.1:{rclient}");
     let member = start();
     assert_eq!(kvs(foos(&rep)), original);
+    // The member keeps the id etcd gave it (etcd derives ids from the peer URLs and the
+    // cluster token; so does oncekv for a new cluster).
+    let listed = ok(etcdctl(&rep, &["member", "list"]));
+    assert!(
+        listed.starts_with(&format!("{etcd_id}, ")),
+        "{listed} vs {etcd_id}"
+    );
     ok(etcdctl(&rep, &["put", "after", "import"]));
     drop(member);
     assert_eq!(

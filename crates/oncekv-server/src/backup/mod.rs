@@ -32,11 +32,11 @@ use openraft::{CommittedLeaderId, Membership, StoredMembership};
 use sha2::Digest;
 
 use crate::disk::{Disk, write_atomically};
-use crate::identity::{Identity, founding_cluster_id};
+use crate::identity::{IdScheme, Identity};
 use crate::sm_store::{
     Applied, SNAPSHOT_FILE, SnapshotFile, decode_snapshot_file, encode_snapshot_file,
 };
-use crate::types::{LogId, Member, NodeId, member_id};
+use crate::types::{LogId, Member, NodeId};
 
 /// What a snapshot copy holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -379,10 +379,10 @@ fn install(
         Some(file) => file.data,
         None => sm.snapshot().map_err(|e| e.to_string())?,
     };
-    let founders: BTreeMap<NodeId, Member> = initial_cluster
-        .iter()
-        .map(|m| (member_id(&m.name), m.clone()))
-        .collect();
+    // A restored cluster is a new one: etcd's ids, the same as `etcdctl snapshot restore`
+    // gives for the same flags.
+    let scheme = IdScheme::Etcd;
+    let founders: BTreeMap<NodeId, Member> = scheme.founders(initial_cluster, cluster_token);
     let voters: BTreeSet<NodeId> = founders.keys().copied().collect();
     // The copy's index, under a term-0 leader: the new cluster's first leader (term 1 or
     // more) appends after it, so log ids keep increasing. The old cluster's terms and
@@ -404,11 +404,10 @@ fn install(
         .map_err(|e| format!("creating {}: {e}", state_dir.display()))?;
     let path = state_dir.join(SNAPSHOT_FILE);
     write_atomically(disk, &path, &out).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    Identity {
-        member_id: member_id(name),
-        cluster_id: founding_cluster_id(&founders, cluster_token),
-    }
-    .save(disk, data_dir)?;
+    scheme
+        .founder(name, initial_cluster, cluster_token)
+        .ok_or_else(|| format!("member {name:?} is not in --initial-cluster"))?
+        .save(disk, data_dir)?;
     Ok(summary)
 }
 

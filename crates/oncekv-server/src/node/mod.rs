@@ -19,7 +19,7 @@ use crate::config::{ClusterState, NodeConfig};
 use crate::conn_guard::guard;
 use crate::error::StartError;
 use crate::forwarder::Identified;
-use crate::identity::{Identity, founding_cluster_id};
+use crate::identity::{IdScheme, Identity};
 use crate::log_store::{FsyncObserver, LogStore, LogStoreOptions};
 use crate::metrics::NodeMetrics;
 use crate::network::{Network, PeerChannels};
@@ -28,7 +28,7 @@ use crate::sm_store::{SaveObserver, SmStore};
 #[cfg(feature = "sim")]
 use crate::transport::Duplicator;
 use crate::transport::{Connector, NodeTransport};
-use crate::types::{Member, NodeId, Raft, TypeConfig, member_id};
+use crate::types::{Member, NodeId, Raft, TypeConfig};
 
 mod tasks;
 
@@ -189,7 +189,7 @@ impl Node {
                 let mid = if m.name == config.name {
                     id
                 } else {
-                    member_id(&m.name)
+                    identity.scheme.member_id(m, &config.initial_cluster_token)
                 };
                 (mid, m.clone())
             })
@@ -505,17 +505,14 @@ async fn identity(config: &NodeConfig, peers: &PeerChannels) -> Result<Identity,
         return Ok(saved);
     }
     let identity = match config.initial_cluster_state {
-        ClusterState::New => {
-            let founders = config
-                .initial_cluster
-                .iter()
-                .map(|m| (member_id(&m.name), m.clone()))
-                .collect();
-            Identity {
-                member_id: member_id(&config.name),
-                cluster_id: founding_cluster_id(&founders, &config.initial_cluster_token),
-            }
-        }
+        // A cluster formed now gets etcd's ids.
+        ClusterState::New => IdScheme::Etcd
+            .founder(
+                &config.name,
+                &config.initial_cluster,
+                &config.initial_cluster_token,
+            )
+            .ok_or_else(|| StartError::NotAMember(config.name.clone()))?,
         ClusterState::Existing => join(config, peers).await?,
     };
     identity
@@ -543,9 +540,12 @@ async fn join(config: &NodeConfig, peers: &PeerChannels) -> Result<Identity, Sta
             match crate::forwarder::identify(peers, &m.peer_url, &own, Duration::from_secs(2)).await
             {
                 Ok(Identified::Member(member_id, cluster_id)) => {
+                    // The scheme only derives the founders' ids, which a member that
+                    // joins later takes from the membership instead.
                     return Ok(Identity {
                         member_id,
                         cluster_id,
+                        scheme: IdScheme::Etcd,
                     });
                 }
                 Ok(Identified::NotAMember) => answers.push(format!("{}: not a member", m.peer_url)),
