@@ -13,10 +13,12 @@
 //! # Layers
 //!
 //! Dependencies run downward only:
-//! 1. **Checkers** ([`exactly_once`], [`linearizability`], [`watch_order`], [`fencing`];
+//! 1. **Files** ([`jsonl`]): histories as JSON Lines, read with the line of any error;
+//!    what the `oncekv-check` binary runs.
+//! 2. **Checkers** ([`exactly_once`], [`linearizability`], [`watch_order`], [`fencing`];
 //!    [`check_calls`] runs the first two): pure functions from a history to the list of
 //!    violations, each a sentence a person can act on.
-//! 2. **Vocabulary** ([`history`]: calls and their outcomes; [`watch`]: what a watcher
+//! 3. **Vocabulary** ([`history`]: calls and their outcomes; [`watch`]: what a watcher
 //!    saw; [`lock`]: what a locker did and the lock's history): plain data, serde-ready,
 //!    and the naming conventions (own keys, final reads, fenced values) the checkers
 //!    rely on.
@@ -48,6 +50,7 @@
 pub mod exactly_once;
 pub mod fencing;
 pub mod history;
+pub mod jsonl;
 pub mod linearizability;
 pub mod lock;
 pub mod watch;

@@ -67,3 +67,28 @@ pub fn token_of(value: &str) -> Option<i64> {
     value.strip_prefix('t')?.split(':').next()?.parse().ok()
 }
 
+/// A line of the CLI's `--locks` file: an acquisition, a failed lock or unlock call, or
+/// a change from history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Line {
+    Acquisition(Acquisition),
+    Failure(String),
+    Change(Change),
+}
+
+/// The lockers' record and history from `lines`, history in revision order (stable:
+/// one revision's changes keep their order), as [`crate::fencing::check`] wants them.
+pub fn split(lines: Vec<Line>) -> (Record, Vec<Change>) {
+    let mut record = Record::default();
+    let mut history = Vec::new();
+    for line in lines {
+        match line {
+            Line::Acquisition(a) => record.acquisitions.push(a),
+            Line::Failure(f) => record.failures.push(f),
+            Line::Change(c) => history.push(c),
+        }
+    }
+    history.sort_by_key(|c| c.revision);
+    (record, history)
+}

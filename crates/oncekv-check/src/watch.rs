@@ -29,3 +29,10 @@ pub struct Record {
     pub error: Option<String>,
 }
 
+/// One watcher's record beside history for its range (from revision 1): a line of the
+/// CLI's `--watches` file.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Watched {
+    pub record: Record,
+    pub history: Vec<Seen>,
+}
