@@ -12,8 +12,8 @@ mod exec;
 
 use crate::command::AlarmKind;
 use crate::command::{
-    Command, KeyRange, LogPayload, Op, OpError, OpReply, RangeRequest, RangeResponse, Response,
-    SessionError, Settings, Tracked,
+    Command, KeyRange, LogPayload, Op, OpError, OpReply, OpResponse, RangeRequest, RangeResponse,
+    Response, SessionError, Settings, Tracked,
 };
 use crate::history::{EventBatch, ReadLimit};
 use crate::kv::KvStore;
@@ -34,6 +34,34 @@ pub struct Stats {
     pub rejected_by_kind: [u64; SessionError::KINDS.len()],
     pub sessions_expired: u64,
     pub leases_expired: u64,
+    /// Keys written by executed puts, in txns too (etcd's `etcd_mvcc_put_total`).
+    pub puts: u64,
+    /// Keys removed by executed deletes, in txns too (etcd's `etcd_mvcc_delete_total`).
+    pub deleted_keys: u64,
+}
+
+impl Stats {
+    /// Counts the keys an executed op wrote and removed (a saved reply sent again is not
+    /// counted: nothing ran).
+    fn count_writes(&mut self, reply: &OpReply) {
+        fn walk(stats: &mut Stats, responses: &[crate::command::ResponseOp]) {
+            use crate::command::ResponseOp;
+            for r in responses {
+                match r {
+                    ResponseOp::Put(_) => stats.puts += 1,
+                    ResponseOp::DeleteRange(d) => stats.deleted_keys += d.deleted.max(0) as u64,
+                    ResponseOp::Txn(t) => walk(stats, &t.responses),
+                    ResponseOp::Range(_) => {}
+                }
+            }
+        }
+        match &reply.result {
+            Ok(OpResponse::Put(_) | OpResponse::Enqueue(_)) => self.puts += 1,
+            Ok(OpResponse::DeleteRange(d)) => self.deleted_keys += d.deleted.max(0) as u64,
+            Ok(OpResponse::Txn(t)) => walk(self, &t.responses),
+            _ => {}
+        }
+    }
 }
 
 /// Something that expired while applying the entry at `index`.
@@ -193,7 +221,11 @@ impl StateMachine {
             Command::Tracked(t) => self.apply_tracked(index, t),
             Command::Untracked(op) => Response::Op(Ok(match self.alarm_refusal(op) {
                 Some(e) => self.refused(e),
-                None => self.exec().execute(index, op),
+                None => {
+                    let reply = self.exec().execute(index, op);
+                    self.stats.count_writes(&reply);
+                    reply
+                }
             })),
             Command::Alarm {
                 activate,
@@ -322,7 +354,14 @@ impl StateMachine {
                 let reply = match refused {
                     Some(reply) => reply,
                     None => {
-                        ready.execute(&mut self.leases, &self.settings, self.cluster_time, index)
+                        let reply = ready.execute(
+                            &mut self.leases,
+                            &self.settings,
+                            self.cluster_time,
+                            index,
+                        );
+                        self.stats.count_writes(&reply);
+                        reply
                     }
                 };
                 pending.save(&reply, self.cluster_time);

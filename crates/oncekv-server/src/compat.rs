@@ -3,8 +3,12 @@
 
 use oncekv_core::AlarmKind;
 
-/// The etcd version oncekv reports: the API level it is compatible with.
-pub const ETCD_API_VERSION: &str = "3.4.0";
+/// The etcd version oncekv reports: the release whose API it serves (etcd 3.4.23's, whose
+/// own end-to-end tests it runs; a client compares the figure with its own).
+pub const ETCD_API_VERSION: &str = "3.4.23";
+
+/// The cluster version oncekv reports: etcd's major.minor of [`ETCD_API_VERSION`].
+pub const ETCD_CLUSTER_VERSION: &str = "3.4";
 
 /// etcd's name of an alarm type.
 pub fn alarm_name(alarm: AlarmKind) -> &'static str {

@@ -58,10 +58,11 @@ async fn metrics(State(core): State<Arc<NodeCore>>) -> Response {
 }
 
 async fn version() -> Response {
-    let v = crate::compat::ETCD_API_VERSION;
+    // etcd's answer: the server's release, and the cluster's version as major.minor.0.
+    let cluster = format!("{}.0", crate::compat::ETCD_CLUSTER_VERSION);
     json(
         StatusCode::OK,
-        serde_json::json!({ "etcdserver": v, "etcdcluster": v }),
+        serde_json::json!({ "etcdserver": crate::compat::ETCD_API_VERSION, "etcdcluster": cluster }),
     )
 }
 

@@ -51,6 +51,8 @@ pub struct NodeMetrics {
     sessions: IntGauge,
     duplicates: MonotonicCounter,
     executed: MonotonicCounter,
+    puts: MonotonicCounter,
+    deletes: MonotonicCounter,
     session_errors: Vec<MonotonicCounter>,
     saved_replies: IntGauge,
     saved_reply_bytes: IntGauge,
@@ -124,6 +126,17 @@ impl NodeMetrics {
         r.register(Box::new(version.clone()))?;
         version
             .with_label_values(&[crate::compat::ETCD_API_VERSION])
+            .set(1);
+        let cluster_version = IntGaugeVec::new(
+            Opts::new(
+                "etcd_cluster_version",
+                "Which version is running. 1 for 'cluster_version' label with current cluster version",
+            ),
+            &["cluster_version"],
+        )?;
+        r.register(Box::new(cluster_version.clone()))?;
+        cluster_version
+            .with_label_values(&[crate::compat::ETCD_CLUSTER_VERSION])
             .set(1);
 
         let grpc_labels = ["grpc_type", "grpc_service", "grpc_method"];
@@ -257,6 +270,14 @@ impl NodeMetrics {
                 "oncekv_tracked_executed_total",
                 "Tracked requests this member's state machine executed (once each).",
             )?,
+            puts: follow(
+                "etcd_mvcc_put_total",
+                "Total number of puts seen by this member.",
+            )?,
+            deletes: follow(
+                "etcd_mvcc_delete_total",
+                "Total number of deletes seen by this member.",
+            )?,
             session_errors,
             saved_replies: gauge(
                 "oncekv_saved_replies",
@@ -365,6 +386,8 @@ impl NodeMetrics {
         self.sessions.set(now.sessions as i64);
         self.duplicates.follow(now.stats.duplicates);
         self.executed.follow(now.stats.executed);
+        self.puts.follow(now.stats.puts);
+        self.deletes.follow(now.stats.deleted_keys);
         for (counter, n) in self.session_errors.iter().zip(now.stats.rejected_by_kind) {
             counter.follow(n);
         }

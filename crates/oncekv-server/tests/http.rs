@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{TestCluster, put, register, tracked};
-use oncekv_server::pb::etcdserverpb::PutRequest;
+use oncekv_server::pb::etcdserverpb::{DeleteRangeRequest, PutRequest};
 
 /// `curl -s -w '\n%{http_code}' URL` → (status, body).
 fn curl(url: &str) -> (u16, String) {
@@ -38,6 +38,15 @@ async fn metrics_health_and_version_answer_curl() {
     let mut kv = c.kv(follower).await;
     for i in 0..20 {
         put(&mut kv, &format!("k{i}"), "v").await.unwrap();
+    }
+    // One key deleted, and a delete that finds nothing (etcd counts deleted keys).
+    for key in ["k5", "absent"] {
+        kv.delete_range(DeleteRangeRequest {
+            key: key.as_bytes().to_vec().into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     }
     // One tracked put, sent twice: the second is a duplicate every member absorbs.
     let session = register(&c.endpoint(leader)).await;
@@ -79,7 +88,18 @@ async fn metrics_health_and_version_answer_curl() {
         "{text}"
     );
     assert!(sample(&text, "etcd_mvcc_db_total_size_in_bytes").is_some());
-    assert!(sample(&text, "etcd_debugging_mvcc_keys_total") >= Some(21.0));
+    assert_eq!(sample(&text, "etcd_debugging_mvcc_keys_total"), Some(20.0));
+    // 20 puts and the tracked one once: its duplicate ran nothing.
+    assert_eq!(sample(&text, "etcd_mvcc_put_total"), Some(21.0), "{text}");
+    assert_eq!(sample(&text, "etcd_mvcc_delete_total"), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, "etcd_server_version{server_version=\"3.4.23\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "etcd_cluster_version{cluster_version=\"3.4\"}"),
+        Some(1.0)
+    );
     assert_eq!(sample(&text, "oncekv_sessions"), Some(1.0));
     assert_eq!(
         sample(&text, "oncekv_duplicates_absorbed_total"),
@@ -113,7 +133,8 @@ async fn metrics_health_and_version_answer_curl() {
     assert!(body.ends_with("readyz check passed\n"), "{body}");
     let (status, body) = curl(&format!("{base}/version"));
     assert_eq!(status, 200);
-    assert!(body.contains(r#""etcdserver":"3.4.0""#), "{body}");
+    assert!(body.contains(r#""etcdserver":"3.4.23""#), "{body}");
+    assert!(body.contains(r#""etcdcluster":"3.4.0""#), "{body}");
     let (status, _) = curl(&format!("{base}/no-such-page"));
     assert_eq!(status, 404);
 
