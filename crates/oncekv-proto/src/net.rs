@@ -89,6 +89,10 @@ pub type Incoming = Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>>;
 
 type Dial = dyn Fn(Uri) -> BoxFuture<'static, io::Result<Conn>> + Send + Sync;
 
+/// A check of a server's certificate (DER) after the TLS handshake: `Err` says why it is
+/// refused.
+pub type CertCheck = Arc<dyn Fn(&[u8]) -> Result<(), String> + Send + Sync>;
+
 /// Opens a connection to a URL's host and port.
 #[derive(Clone)]
 pub struct Connector(Arc<Dial>);
@@ -112,9 +116,20 @@ impl Connector {
     /// certificate against the URL's host. The channel's URL stays `http://`: TLS is this
     /// connector's business, not tonic's.
     pub fn tls(config: Arc<rustls::ClientConfig>) -> Connector {
+        Connector::tls_checked(config, None)
+    }
+
+    /// [`tls`](Self::tls), and then `check` on the server's certificate (DER): an `Err`
+    /// refuses the connection with its reason (a member's `--peer-cert-allowed-cn`,
+    /// applied to the members it dials as to those that dial it).
+    ///
+    /// With TLS 1.3 the server judges the client's certificate after the client's side of
+    /// the handshake ends; when `check` refuses, a refusal the server sends meanwhile
+    /// (its alert) is reported instead, as the first reason.
+    pub fn tls_checked(config: Arc<rustls::ClientConfig>, check: Option<CertCheck>) -> Connector {
         let tls = tokio_rustls::TlsConnector::from(config);
         Connector::new(move |uri: Uri| {
-            let tls = tls.clone();
+            let (tls, check) = (tls.clone(), check.clone());
             async move {
                 let host = uri.host().ok_or_else(|| {
                     io::Error::new(io::ErrorKind::InvalidInput, format!("{uri} has no host"))
@@ -124,7 +139,21 @@ impl Connector {
                 let addr = (host.trim_start_matches('[').trim_end_matches(']'), port);
                 let tcp = tokio::net::TcpStream::connect(addr).await?;
                 tcp.set_nodelay(true)?;
-                let stream = tls.connect(name, tcp).await?;
+                let mut stream = tls.connect(name, tcp).await?;
+                let refused = match (&check, stream.get_ref().1.peer_certificates()) {
+                    (Some(check), Some([cert, ..])) => check(cert.as_ref()).err(),
+                    (Some(_), _) => Some("the server presented no certificate".to_string()),
+                    (None, _) => None,
+                };
+                if let Some(why) = refused {
+                    use tokio::io::AsyncReadExt;
+                    let mut byte = [0u8; 1];
+                    let wait = std::time::Duration::from_millis(200);
+                    if let Ok(Err(e)) = tokio::time::timeout(wait, stream.read(&mut byte)).await {
+                        return Err(e);
+                    }
+                    return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+                }
                 Ok(Conn::new(stream))
             }
         })

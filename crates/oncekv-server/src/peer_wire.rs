@@ -30,6 +30,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::tls::describe_io_error as describe;
 use crate::transport::{Conn, Connector};
 
 /// The first bytes of a framed peer connection. An HTTP/2 connection starts with
@@ -176,7 +177,7 @@ impl WirePool {
                         .await
                         .map_err(|_| CallError::Timeout)??;
                 }
-                Ok(Err(e)) => return Err(CallError::Broken(e.to_string())),
+                Ok(Err(e)) => return Err(CallError::Broken(describe(&e))),
                 Err(_) => {
                     if !conn.torn {
                         self.put_back(url, conn);
@@ -321,7 +322,7 @@ pub struct Dialer {
 impl Dialer {
     /// A new framed connection to `url`, its opening (magic and `hello`) written.
     async fn open(&self, url: &str, hello: (u64, u64)) -> Result<PeerConn, CallError> {
-        let unreachable = |e: io::Error| CallError::Unreachable(e.to_string());
+        let unreachable = |e: io::Error| CallError::Unreachable(describe(&e));
         let mut io = self.dial(url).await.map_err(unreachable)?;
         let mut opening = Vec::with_capacity(MAGIC.len() + 16);
         opening.extend_from_slice(MAGIC);

@@ -170,7 +170,10 @@ impl Node {
                 port: "peer",
                 source,
             })?;
-            peers = peers.with_connector(Connector::tls(dial));
+            let check = crate::tls::NameRule::of(files)
+                .filter(|_| !files.self_signed)
+                .map(crate::tls::NameRule::dial_check);
+            peers = peers.with_connector(Connector::tls_checked(dial, check));
         }
         #[cfg(feature = "sim")]
         if let Some(d) = duplicator {

@@ -17,16 +17,18 @@ use std::time::SystemTime;
 use oncekv_proto::tls::{
     TlsError, load_certs, load_crls, load_key, load_roots, provider_for_suites,
 };
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::server::TlsStream;
 use tonic::transport::server::Connected;
 
 use crate::conn_guard::FIRST_BYTES_TIMEOUT;
+
+mod verify;
+
+pub use verify::NameRule;
+use verify::{PortVerifier, common_name};
 
 /// A port's certificate files (etcd's `--cert-file`, `--key-file`, `--trusted-ca-file`,
 /// `--client-cert-auth`, or their `--peer-` forms).
@@ -73,26 +75,6 @@ impl TlsFiles {
             .collect()
     }
 
-    /// Why the allowed-name checks refuse a connection presenting `cert` (with
-    /// `common_name`), if they do.
-    fn refuses(&self, cert: Option<&[u8]>, common_name: Option<&str>) -> Option<String> {
-        if let Some(host) = &self.allowed_hostname
-            && !cert.is_some_and(|cert| names_host(cert, host))
-        {
-            return Some(format!(
-                "its certificate is not valid for the allowed host name {host}"
-            ));
-        }
-        if let Some(cn) = &self.allowed_cn
-            && common_name != Some(cn.as_str())
-        {
-            return Some(format!(
-                "its certificate's common name is not the allowed one, {cn}"
-            ));
-        }
-        None
-    }
-
     fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
         let provider = provider_for_suites(&self.cipher_suites)?;
         let builder = ServerConfig::builder_with_provider(provider.clone())
@@ -118,15 +100,15 @@ impl TlsFiles {
                     path: ca.clone(),
                     reason: e.to_string(),
                 })?;
-                // With a revocation list, only the chain webpki checks (the list applies
-                // to it); without, a trusted certificate presented as itself is accepted.
-                let verifier: Arc<dyn ClientCertVerifier> = match &self.crl_file {
-                    Some(_) => verifier,
-                    None => Arc::new(TrustedItself {
-                        inner: verifier,
-                        trusted: load_certs(ca)?,
-                    }),
+                let trusted = match &self.crl_file {
+                    Some(_) => Vec::new(),
+                    None => load_certs(ca)?,
                 };
+                let verifier = Arc::new(PortVerifier {
+                    inner: verifier,
+                    trusted,
+                    rule: NameRule::of(self),
+                });
                 builder.with_client_cert_verifier(verifier)
             }
             None => builder.with_no_client_auth(),
@@ -187,6 +169,32 @@ impl ServerTls {
     }
 }
 
+/// `e` as a member logs it: a TLS alert the other side sent in Go's words, as etcd's
+/// members log it ("remote error: tls: bad certificate"), anything else as it is.
+pub fn describe_io_error(e: &io::Error) -> String {
+    use rustls::AlertDescription as A;
+    let Some(rustls::Error::AlertReceived(alert)) = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return e.to_string();
+    };
+    let go = match alert {
+        A::BadCertificate => "bad certificate",
+        A::UnknownCA => "unknown certificate authority",
+        A::CertificateExpired => "expired certificate",
+        A::CertificateRevoked => "revoked certificate",
+        A::CertificateUnknown => "unknown certificate",
+        A::UnsupportedCertificate => "unsupported certificate",
+        A::CertificateRequired => "certificate required",
+        A::AccessDenied => "access denied",
+        A::HandshakeFailure => "handshake failure",
+        A::ProtocolVersion => "protocol version not supported",
+        other => return format!("remote error: tls: {other:?}"),
+    };
+    format!("remote error: tls: {go}")
+}
+
 /// What the request handlers learn about a connection: the common name of the client's
 /// certificate, if it presented one the port's CA signed (etcd's `--client-cert-auth`
 /// user).
@@ -218,7 +226,6 @@ where
     // Handshakes finish in any order; the server sees connections as they complete.
     crate::conn_guard::prepare_each(incoming, move |io| {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
-        let tls = tls.clone();
         async move {
             match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor.accept(io)).await {
                 Ok(Ok(stream)) => {
@@ -227,19 +234,11 @@ where
                         .1
                         .peer_certificates()
                         .and_then(|certs| certs.first());
+                    // The names a port allows were checked in the handshake
+                    // (`verify::PortVerifier`).
                     let identity = CertIdentity {
                         common_name: cert.and_then(|cert| common_name(cert)),
                     };
-                    if let Some(why) = tls
-                        .files()
-                        .refuses(cert.map(|c| c.as_ref()), identity.common_name.as_deref())
-                    {
-                        tracing::warn!(
-                            common_name = identity.common_name.as_deref().unwrap_or("(none)"),
-                            "refused a connection: {why}"
-                        );
-                        return None;
-                    }
                     Some(MaybeTls::Tls(Box::new(stream), identity))
                 }
                 Ok(Err(e)) => {
@@ -253,131 +252,6 @@ where
             }
         }
     })
-}
-
-/// Whether a DER certificate is valid for `host` by its subject alternative names: an IP
-/// address equal to it, or a DNS name equal to it (ignoring case) or matching it by a
-/// leading `*.` wildcard for one label. As Go checks a host name, the common name is not
-/// consulted.
-fn names_host(cert: &[u8], host: &str) -> bool {
-    use x509_parser::extensions::GeneralName;
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
-        return false;
-    };
-    let Ok(Some(san)) = parsed.subject_alternative_name() else {
-        return false;
-    };
-    let ip: Option<std::net::IpAddr> = host.parse().ok();
-    san.value.general_names.iter().any(|name| match (name, ip) {
-        (GeneralName::DNSName(dns), None) => dns_name_matches(dns, host),
-        (GeneralName::IPAddress(bytes), Some(std::net::IpAddr::V4(ip))) => {
-            *bytes == ip.octets().as_slice()
-        }
-        (GeneralName::IPAddress(bytes), Some(std::net::IpAddr::V6(ip))) => {
-            *bytes == ip.octets().as_slice()
-        }
-        _ => false,
-    })
-}
-
-fn dns_name_matches(pattern: &str, host: &str) -> bool {
-    let pattern = pattern.trim_end_matches('.').to_ascii_lowercase();
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    match pattern.strip_prefix("*.") {
-        Some(suffix) => host
-            .split_once('.')
-            .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
-        None => pattern == host,
-    }
-}
-
-/// A client certificate verifier that also accepts a certificate which is itself one of
-/// the trusted CA certificates, byte for byte, within its validity period: a
-/// self-signed certificate given both as the CA (`--trusted-ca-file`) and as the client's
-/// own (`--cert`). Go's TLS, and so etcd, accepts that chain of one; webpki refuses a CA
-/// certificate presented by an end entity. The handshake still proves the client holds
-/// its key (the signatures are checked by `inner`).
-#[derive(Debug)]
-struct TrustedItself {
-    inner: Arc<dyn ClientCertVerifier>,
-    trusted: Vec<CertificateDer<'static>>,
-}
-
-impl ClientCertVerifier for TrustedItself {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        let refused = match self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)
-        {
-            Ok(verified) => return Ok(verified),
-            Err(e) => e,
-        };
-        let trusted = self
-            .trusted
-            .iter()
-            .any(|c| c.as_ref() == end_entity.as_ref());
-        if trusted && valid_at(end_entity, now) {
-            Ok(ClientCertVerified::assertion())
-        } else {
-            Err(refused)
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// Whether a DER certificate's validity period includes `now`.
-fn valid_at(cert: &[u8], now: UnixTime) -> bool {
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else {
-        return false;
-    };
-    let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-    x509_parser::time::ASN1Time::from_timestamp(secs)
-        .is_ok_and(|at| parsed.validity().is_valid_at(at))
-}
-
-/// The subject's common name in a DER certificate.
-fn common_name(cert: &[u8]) -> Option<Arc<str>> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
-    let cn = parsed.subject().iter_common_name().next()?;
-    Some(Arc::from(cn.as_str().ok()?))
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<IO> {
@@ -605,7 +479,23 @@ impl DevPki {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::verify::{dns_name_matches, names_host};
     use super::*;
+
+    #[test]
+    fn an_alert_the_other_side_sent_reads_as_etcds_members_log_it() {
+        let alert = |a| io::Error::new(io::ErrorKind::InvalidData, rustls::Error::AlertReceived(a));
+        assert_eq!(
+            describe_io_error(&alert(rustls::AlertDescription::BadCertificate)),
+            "remote error: tls: bad certificate"
+        );
+        assert_eq!(
+            describe_io_error(&alert(rustls::AlertDescription::UnknownCA)),
+            "remote error: tls: unknown certificate authority"
+        );
+        let plain = io::Error::new(io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(describe_io_error(&plain), "refused");
+    }
 
     #[test]
     fn allowed_host_names_match_subject_alternative_names() {
