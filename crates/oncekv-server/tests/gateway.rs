@@ -918,3 +918,47 @@ async fn a_watch_request_held_open_takes_creates_and_cancels_as_they_come() {
     assert_eq!(answered.matches(&b64("first")).count(), 1, "{answered}");
     cluster.inner.shutdown().await;
 }
+
+// etcd's --max-concurrent-streams as its gateway shows it (TestV3Curl_MaxStreams_*): with
+// every slot held by an open watch, a range waits; once a watch ends, it goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_calls_wait_for_a_stream_slot() {
+    let cluster = TestCluster::start(1, |c| c.max_concurrent_streams = 2).await;
+    cluster.wait_leader(Duration::from_secs(10)).await;
+    let base = cluster.endpoint(0);
+    let at = |path: &str| format!("{base}{path}");
+    let watch = json!({"create_request": {"key": b64("foo")}});
+    let mut watchers: Vec<Child> = (0..2)
+        .map(|_| spawn_post(&at("/v3/watch"), &watch))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let range = json!({"key": b64("foo")});
+    let waited = tokio::task::spawn_blocking({
+        let url = at("/v3/kv/range");
+        let range = range.clone();
+        move || {
+            Command::new("curl")
+                .args(["-s", "--max-time", "2", "-X", "POST", &url, "-d"])
+                .arg(range.to_string())
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    // curl's exit status 28: the operation timed out.
+    assert_eq!(waited.status.code(), Some(28), "{waited:?}");
+    let mut ended = watchers.pop().unwrap();
+    ended.kill().unwrap();
+    ended.wait().unwrap();
+    let url = at("/v3/kv/range");
+    let (status, answer) = tokio::task::spawn_blocking(move || post(&url, &range, &[]))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["header"]["revision"].is_string(), "{answer}");
+    for mut w in watchers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+}

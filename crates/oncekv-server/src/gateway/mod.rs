@@ -34,6 +34,7 @@ mod lease;
 mod lock;
 mod maintenance;
 mod reply;
+mod slots;
 mod watch;
 
 use std::sync::Arc;
@@ -63,5 +64,10 @@ pub fn routes(core: Arc<NodeCore>, stop: tokio::sync::watch::Receiver<bool>) -> 
             .route(&format!("/v3/{path}"), handler.clone())
             .route(&format!("/v3beta/{path}"), handler);
     }
-    router.with_state(Gateway { core, stop })
+    let limit = slots::slots(core.config().max_concurrent_streams);
+    let router = router.with_state(Gateway { core, stop });
+    match limit {
+        Some(slots) => router.layer(axum::middleware::from_fn_with_state(slots, slots::limit)),
+        None => router,
+    }
 }
