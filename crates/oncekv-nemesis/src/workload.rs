@@ -332,12 +332,6 @@ pub async fn lease_user(env: Env, c: usize) {
             let outcome = match client.lease_grant(ttl, Some(options)).await {
                 Ok(_) => {
                     granted.push((id, long_lived));
-                    if let Ok((mut keeper, mut stream)) = client.lease_keep_alive(id).await
-                        && keeper.keep_alive().await.is_ok()
-                    {
-                        let _ =
-                            tokio::time::timeout(Duration::from_secs(1), stream.message()).await;
-                    }
                     Outcome::Ok(None)
                 }
                 Err(e) => etcd::write_failure(&e),
@@ -351,6 +345,12 @@ pub async fn lease_user(env: Env, c: usize) {
                 start,
             );
             after(ok).await;
+            if ok
+                && let Ok((mut keeper, mut stream)) = client.lease_keep_alive(id).await
+                && keeper.keep_alive().await.is_ok()
+            {
+                let _ = tokio::time::timeout(Duration::from_secs(1), stream.message()).await;
+            }
         }
         think(100, 400).await;
     }
