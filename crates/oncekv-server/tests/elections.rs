@@ -153,3 +153,23 @@ async fn crashed_followers_that_restart_follow_the_leader_they_find() {
     }
     put(&mut kv, "after", "v").await.unwrap();
 }
+
+// A new cluster elects one leader in term 1 and keeps it: founders that all campaigned at
+// once used to split term 1 (openraft lets a higher id take over within a term), so the
+// first leader stepped down and a write right after the cluster was up met "no leader".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_elects_one_leader_in_term_one() {
+    let cluster = TestCluster::start(3, |_| {}).await;
+    let leader = cluster.wait_leader(Duration::from_secs(10)).await;
+    // Long enough for a split term 1 to have shown (a second election, a new leader).
+    let election = cluster.node(leader).core.config().election_timeout_ms;
+    tokio::time::sleep(Duration::from_millis(2 * election)).await;
+    for i in 0..3 {
+        let m = cluster.node(i).core.metrics();
+        assert_eq!(m.current_term, 1, "member {i}: {m:?}");
+        assert_eq!(
+            m.current_leader,
+            cluster.node(leader).core.metrics().current_leader
+        );
+    }
+}

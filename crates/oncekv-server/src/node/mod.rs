@@ -295,9 +295,31 @@ impl Node {
                 .await
                 .map_err(|e| StartError::Raft(e.to_string()))?
         {
-            // Every member calls this with the same membership; openraft makes one leader.
-            if let Err(e) = raft.initialize(members.clone()).await {
-                tracing::debug!("initialize: {e}");
+            // Any founder can form the cluster, and each does it with the same membership.
+            // But forming makes a founder campaign at once, and founders campaigning
+            // together split term 1: openraft lets a higher id take over within a term,
+            // so the first leader steps down and clients meet "no leader" right after the
+            // cluster said it was up. The founder with the highest id (the one no other
+            // can displace in term 1) forms it at once; the others give it an election
+            // timeout to reach them, and form it themselves only if it has not.
+            let first = members.keys().max() == Some(&id);
+            let wait = Duration::from_millis(election_timeout_min);
+            let (raft, members) = (raft.clone(), members.clone());
+            let form = async move {
+                if !first {
+                    tokio::time::sleep(wait).await;
+                    if raft.is_initialized().await.unwrap_or(true) {
+                        return;
+                    }
+                }
+                if let Err(e) = raft.initialize(members).await {
+                    tracing::debug!("initialize: {e}");
+                }
+            };
+            if first {
+                form.await;
+            } else {
+                tokio::spawn(form);
             }
         }
 
