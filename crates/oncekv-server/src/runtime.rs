@@ -91,6 +91,19 @@ mod tests {
 
     // The whole point: the same seed must give the same election timeouts.
     #[test]
+    fn the_system_clock_reads_wall_time_and_only_moves_forward() {
+        let clock = Clock::system();
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let a = clock.now_ms();
+        assert!(a.abs_diff(wall) < 60_000, "{a} vs wall {wall}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let b = clock.now_ms();
+        assert!(b >= a + 15, "{a} then {b}");
+    }
+
+    #[test]
     fn seeded_thread_draws_the_same_sequence_every_time() {
         let draw = || {
             (0..8)
@@ -116,12 +129,23 @@ mod tests {
 pub struct Clock(std::sync::Arc<dyn Fn() -> u64 + Send + Sync>);
 
 impl Clock {
-    /// Milliseconds since the Unix epoch from the system clock.
+    /// Milliseconds since the Unix epoch: the system's wall clock as this process first
+    /// read it, advanced by the monotonic clock since. A step of the wall clock while the
+    /// member runs (an NTP correction, an operator's `date -s`) then moves no lease's or
+    /// session's deadline, as etcd's leases (Go's monotonic time) are not moved either;
+    /// only a restart reads the wall clock again.
     pub fn system() -> Clock {
+        use std::sync::OnceLock;
+        use std::time::{Instant, SystemTime, UNIX_EPOCH};
+        static ANCHOR: OnceLock<(u64, Instant)> = OnceLock::new();
         Clock::new(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
+            let (wall_ms, at) = *ANCHOR.get_or_init(|| {
+                let wall = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                (wall, Instant::now())
+            });
+            wall_ms + at.elapsed().as_millis() as u64
         })
     }
 
