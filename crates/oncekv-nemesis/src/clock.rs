@@ -13,6 +13,8 @@
 //!   clock jump by the same amount, forwards or backwards. That is the clock Rust's
 //!   `Instant`, tokio's timers and a leader's read lease use (a Rust binary calls glibc's
 //!   `clock_gettime`, which the library replaces);
+//! - so members run with `FAKETIME_DONT_FAKE_MONOTONIC=1`: the wall clock steps, as a
+//!   real machine's does, the monotonic clock does not;
 //! - Go programs (etcd) read their clocks through the vDSO, not through libc, so the
 //!   library changes nothing for them: against etcd the clock-skew nemesis is a no-op,
 //!   and the report says so.

@@ -236,9 +236,13 @@ impl Cluster {
             cmd.env("ONCEKV_BREAK", b);
         }
         if let Some(lib) = &self.spec.faketime {
+            // The wall clock only: a real machine's wall clock steps (NTP, an operator),
+            // its monotonic clock never goes back, and under the library it would jump
+            // with every change of offset (see `clock`).
             cmd.env("LD_PRELOAD", lib)
                 .env("FAKETIME_TIMESTAMP_FILE", &m.clock)
-                .env("FAKETIME_NO_CACHE", "1");
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
         let child = cmd
             .spawn()

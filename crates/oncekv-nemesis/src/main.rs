@@ -55,7 +55,7 @@ struct Args {
     /// Seconds of quiet before each fault.
     #[arg(long, default_value_t = 4)]
     quiet_secs: u64,
-    /// The short form (under 5 minutes for one target): 7 nemeses, 15 s each.
+    /// The short form (under 5 minutes for one target): 8 nemeses, 15 s each.
     #[arg(long)]
     quick: bool,
     /// Run every oncekv member with --leader-lease-reads.

@@ -34,14 +34,18 @@ pub enum Kind {
     PauseLeader,
     /// A member (the leader every other time) killed with -9, restarted at the heal.
     Kill,
-    /// The leader's clocks 8 s ahead, then (next period) 8 s behind, via libfaketime.
+    /// The leader's wall clock 8 s ahead, then (next period) 8 s behind, via libfaketime.
     ClockSkew,
+    /// The leader's answers to its clients dropped: requests reach it and run, their
+    /// replies are lost, and clients retry (a tracked retry must get the saved answer,
+    /// never a second execution).
+    LoseReplies,
     /// Two or three of the above at once.
     Combined,
 }
 
 /// Every nemesis, in the order the long form runs them.
-pub const ALL: [Kind; 10] = [
+pub const ALL: [Kind; 11] = [
     Kind::PartitionLeader,
     Kind::IsolateFollower,
     Kind::Bridge,
@@ -51,6 +55,7 @@ pub const ALL: [Kind; 10] = [
     Kind::PauseLeader,
     Kind::Kill,
     Kind::ClockSkew,
+    Kind::LoseReplies,
     Kind::Combined,
 ];
 
@@ -66,6 +71,7 @@ impl Kind {
             Kind::PauseLeader => "pause-leader",
             Kind::Kill => "kill",
             Kind::ClockSkew => "clock-skew",
+            Kind::LoseReplies => "lose-replies",
             Kind::Combined => "combined",
         }
     }
@@ -198,6 +204,7 @@ async fn apply(
                 Kind::PauseLeader,
                 Kind::Kill,
                 Kind::ClockSkew,
+                Kind::LoseReplies,
             ];
             kinds.shuffle(&mut rand::thread_rng());
             let count = rand::thread_rng().gen_range(2..=3);
@@ -296,6 +303,14 @@ async fn start(kind: Kind, tools: &mut Tools<'_>, round: u64) -> Result<String, 
             let secs = if round.is_multiple_of(2) { 8 } else { -8 };
             tools.cluster.set_clock(l, secs)?;
             format!("clock of leader {} {secs:+} s", name(tools, l))
+        }
+        Kind::LoseReplies => {
+            let l = leader_or_any(tools.cluster).await;
+            tools.firewall.add(&rules::lose_replies(l))?;
+            format!(
+                "replies of leader {} to its clients dropped",
+                name(tools, l)
+            )
         }
         Kind::Flap | Kind::Combined => {
             return Err(format!("{} is not a single fault", kind.name()));

@@ -65,7 +65,8 @@ fn variant(kind: Kind, lease_reads: bool) -> Variant {
 }
 
 /// The short form's nemeses: the leader cut off (with and without lease reads), paused,
-/// killed; every link slow and lossy; the leader's clock skewed (with and without).
+/// killed; every link slow and lossy; the leader's clock skewed (with and without); the
+/// leader's replies lost.
 pub fn quick() -> Vec<Variant> {
     vec![
         variant(Kind::PartitionLeader, false),
@@ -75,6 +76,7 @@ pub fn quick() -> Vec<Variant> {
         variant(Kind::NetemAll, false),
         variant(Kind::ClockSkew, false),
         variant(Kind::ClockSkew, true),
+        variant(Kind::LoseReplies, false),
     ]
 }
 

@@ -141,6 +141,15 @@ pub fn loss(links: &[Link], percent: u32) -> Option<String> {
     })
 }
 
+/// Drops every packet member `i` sends from its client port: the answers to its clients
+/// (their requests still arrive and run).
+pub fn lose_replies(i: usize) -> String {
+    format!(
+        "add rule inet {TABLE} faults ip saddr {} tcp sport {CLIENT_PORT} drop\n",
+        member_addr(i)
+    )
+}
+
 /// Removes every fault (the labels and relays stay).
 pub fn heal() -> String {
     format!("flush chain inet {TABLE} faults\n")
@@ -216,5 +225,15 @@ mod tests {
             "add rule inet oncekv_nemesis faults ct mark { 0x0103, 0x0301 } numgen random mod 100 < 7 drop\n"
         );
         assert_eq!(loss(&[(0, 2)], 0), None);
+    }
+
+    #[test]
+    fn lost_replies_are_the_members_client_port_answers_only() {
+        let rule = lose_replies(1);
+        assert!(
+            rule.contains("ip saddr 127.0.0.2 tcp sport 2379 drop"),
+            "{rule}"
+        );
+        assert!(!rule.contains("2380"), "{rule}");
     }
 }
