@@ -159,6 +159,26 @@ impl Connector {
         })
     }
 
+    /// Dials the unix socket a `unix://` URL names: etcd's form, whose host and port
+    /// together are the socket's path (`unix://etcd.unix:1` is `./etcd.unix:1`), or an
+    /// absolute path (`unix:///run/oncekv.sock`).
+    pub fn unix() -> Connector {
+        Connector::new(|uri: Uri| async move {
+            let path = match uri.authority().map(|a| a.as_str()) {
+                Some(a) if !a.is_empty() => a.to_string(),
+                _ if uri.path().len() > 1 => uri.path().to_string(),
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{uri} names no socket"),
+                    ));
+                }
+            };
+            let stream = tokio::net::UnixStream::connect(path).await?;
+            Ok(Conn::new(stream))
+        })
+    }
+
     /// Opens one connection to `uri`'s host and port (for protocols other than gRPC on
     /// the same network: the peers' framed raft connections).
     pub fn dial(&self, uri: Uri) -> BoxFuture<'static, io::Result<Conn>> {

@@ -33,6 +33,9 @@ pub struct NodeConfig {
     /// More addresses serving peers the same way (the rest of `--listen-peer-urls`),
     /// bound by [`Node::start_with_listeners`](crate::Node).
     pub more_peer_addrs: Vec<SocketAddr>,
+    /// Peer listeners on unix sockets, at these paths (etcd's `unix://` peer URLs: the
+    /// path is the URL's host and port, `unix://etcd.unix:1` is `./etcd.unix:1`).
+    pub peer_unix_paths: Vec<PathBuf>,
     /// Every member: name, peer url, client url (may be empty if unknown).
     pub initial_cluster: Vec<Member>,
     /// Whether this member founds a new cluster with `initial_cluster` or joins a running
@@ -161,6 +164,7 @@ impl NodeConfig {
             client_addr,
             more_client_addrs: Vec::new(),
             more_peer_addrs: Vec::new(),
+            peer_unix_paths: Vec::new(),
             peer_addr,
             initial_cluster,
             initial_cluster_state: ClusterState::New,

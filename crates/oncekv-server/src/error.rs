@@ -219,4 +219,9 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("listening on unix socket {}: {source}", path.display())]
+    ListenUnix {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }

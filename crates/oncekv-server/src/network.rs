@@ -133,9 +133,10 @@ impl PeerChannels {
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
-        let ch = match &self.connector {
-            Some(c) => c.channel(&endpoint),
-            None => endpoint.connect_lazy(),
+        let ch = match (url.starts_with("unix://"), &self.connector) {
+            (true, _) => Connector::unix().channel(&endpoint),
+            (false, Some(c)) => c.channel(&endpoint),
+            (false, None) => endpoint.connect_lazy(),
         };
         map.insert(url.to_string(), ch.clone());
         Ok(ch)

@@ -343,6 +343,9 @@ impl Dialer {
             .parse()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{url:?}: {e}")))?;
         let connect = async {
+            if url.starts_with("unix://") {
+                return Connector::unix().dial(uri).await;
+            }
             if let Some(c) = &self.connector {
                 return c.dial(uri).await;
             }

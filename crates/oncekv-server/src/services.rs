@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
+use oncekv_proto::net::Conn;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
 
+use crate::error::StartError;
 use crate::etcd::{
     AuthService, ClusterService, ElectionService, KvService, LeaseService, LockService,
     MaintenanceService, SessionService, WatchService,
@@ -65,6 +67,44 @@ pub fn incoming_all(
     listeners: Vec<TcpListener>,
 ) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
     futures::stream::select_all(listeners.into_iter().map(|l| Box::pin(incoming(l))))
+}
+
+/// Unix socket listeners at `paths` (etcd's `unix://` peer URLs). A socket file left by
+/// a member that stopped is replaced; any other file at a path is refused.
+pub fn bind_unix_all(paths: &[std::path::PathBuf]) -> Result<Vec<UnixListener>, StartError> {
+    use std::os::unix::fs::FileTypeExt;
+    paths
+        .iter()
+        .map(|path| {
+            let listen_err = |source| StartError::ListenUnix {
+                path: path.clone(),
+                source,
+            };
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.file_type().is_socket() => {
+                    std::fs::remove_file(path).map_err(listen_err)?
+                }
+                _ => {}
+            }
+            UnixListener::bind(path).map_err(listen_err)
+        })
+        .collect()
+}
+
+/// Every connection of `tcp` and `unix`, as one stream of [`Conn`]s.
+pub fn incoming_with_unix(
+    tcp: Vec<TcpListener>,
+    unix: Vec<UnixListener>,
+) -> impl futures::Stream<Item = std::io::Result<Conn>> + Send + 'static {
+    use futures::StreamExt;
+    let tcp = incoming_all(tcp).map(|c| c.map(Conn::new));
+    let unix = futures::stream::select_all(unix.into_iter().map(|l| {
+        Box::pin(futures::stream::unfold(l, |l| async move {
+            let accepted = l.accept().await.map(|(stream, _)| Conn::new(stream));
+            Some((accepted, l))
+        }))
+    }));
+    futures::stream::select(tcp, unix)
 }
 
 /// A client connection as the gRPC server reads it.

@@ -18,7 +18,10 @@ pub use etcd_only::EtcdOnly;
 pub use log_flags::{LogArgs, LogOutput};
 pub use tls_flags::TlsArgs;
 pub use tuning::Tuning;
-pub use urls::{check_advertised_peer_url, parse_initial_cluster, parse_listen_urls, parse_url};
+pub use urls::{
+    check_advertised_peer_url, parse_initial_cluster, parse_listen_urls, parse_peer_listen_urls,
+    parse_url,
+};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -110,8 +113,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let client_addrs = parse_listen_urls("listen-client-urls", &args.listen_client_urls)?;
     let client_addr = client_addrs[0];
-    let peer_addrs = parse_listen_urls("listen-peer-urls", &args.listen_peer_urls)?;
-    let peer_addr = peer_addrs[0];
+    let (peer_addrs, peer_unix_paths) = parse_peer_listen_urls(&args.listen_peer_urls)?;
+    // Peers only on unix sockets: the member still needs a TCP peer listener, so it binds
+    // an ephemeral loopback port that no URL names and nothing dials.
+    let peer_addr = peer_addrs
+        .first()
+        .copied()
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     // Without --initial-cluster a member founds a cluster of itself (etcd's default).
     let initial_cluster = args.initial_cluster.clone().unwrap_or_else(|| {
         // The first listening URL when none is advertised (etcd advertises them all; a
@@ -138,7 +146,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     }
     let mut config = NodeConfig::new(&args.name, &args.data_dir, client_addr, peer_addr, members);
     config.more_client_addrs = client_addrs[1..].to_vec();
-    config.more_peer_addrs = peer_addrs[1..].to_vec();
+    config.more_peer_addrs = peer_addrs.get(1..).unwrap_or_default().to_vec();
+    let unix_shown = peer_unix_paths
+        .iter()
+        .map(|p| format!("unix://{}", p.display()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    config.peer_unix_paths = peer_unix_paths;
     // Recorded absolute: the same relative --wal-dir from another working directory is
     // another directory, and must not pass for the one the member was created with.
     config.wal_dir = args
@@ -182,6 +196,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     for (listener, tls) in metrics_listeners {
         node.serve_http(listener, tls)?;
     }
+    // The unix sockets, when peers listen only there: the loopback port is not for them.
+    let peers_shown = match (unix_shown.is_empty(), peer_addrs.is_empty()) {
+        (false, true) => unix_shown,
+        (false, false) => format!("{}, {unix_shown}", node.peer_addr),
+        (true, _) => node.peer_addr.to_string(),
+    };
     eprintln!(
         "oncekv: member {} serving clients on {} and peers on {} (data in {})",
         args.name,
@@ -190,7 +210,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             .map(|a| a.to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        node.peer_addr,
+        peers_shown,
         args.data_dir.display()
     );
     let scheme = if args.listen_client_urls.starts_with("https://") {

@@ -103,6 +103,7 @@ impl Node {
         }
         let client_listeners = with_more(client_listener, &config.more_client_addrs).await?;
         let peer_listeners = with_more(peer_listener, &config.more_peer_addrs).await?;
+        let unix_peers = crate::services::bind_unix_all(&config.peer_unix_paths)?;
         let core = Node::open(
             config,
             None,
@@ -115,7 +116,11 @@ impl Node {
             (client_addr, peer_addr),
             crate::services::client_incoming(client_listeners, max, client_tls),
             crate::tls::accept(
-                guard(crate::services::incoming_all(peer_listeners), max, "peer"),
+                guard(
+                    crate::services::incoming_with_unix(peer_listeners, unix_peers),
+                    max,
+                    "peer",
+                ),
                 peer_tls,
             ),
         ))

@@ -2,6 +2,7 @@
 //! `--initial-cluster` to members, and the advertised peer URL checked against it.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use oncekv_server::Member;
 
@@ -43,6 +44,33 @@ pub fn parse_listen_urls(flag: &str, urls: &str) -> Result<Vec<SocketAddr>, Stri
     urls.into_iter().map(parse_url).collect()
 }
 
+/// etcd's `--listen-peer-urls`: [`parse_listen_urls`]'s TCP addresses, and unix sockets
+/// (`unix://etcd.unix:1`: etcd's form, the host and port together are the socket's path).
+pub fn parse_peer_listen_urls(urls: &str) -> Result<(Vec<SocketAddr>, Vec<PathBuf>), String> {
+    let mut unix = Vec::new();
+    let mut tcp = Vec::new();
+    for url in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
+        if url.starts_with("unixs://") {
+            return Err(format!(
+                "--listen-peer-urls {url:?}: TLS on a unix socket is not supported; use \
+                 unix:// or https://"
+            ));
+        }
+        match url.strip_prefix("unix://") {
+            Some(path) if !path.trim_end_matches('/').is_empty() => {
+                unix.push(PathBuf::from(path.trim_end_matches('/')))
+            }
+            Some(_) => return Err(format!("--listen-peer-urls {url:?}: no socket path")),
+            None => tcp.push(url),
+        }
+    }
+    let tcp = match tcp.is_empty() {
+        true => Vec::new(),
+        false => parse_listen_urls("listen-peer-urls", &tcp.join(","))?,
+    };
+    Ok((tcp, unix))
+}
+
 /// `n1=http://a:2380,n2=http://b:2380` → members (client URLs unknown).
 pub fn parse_initial_cluster(s: &str) -> Result<Vec<Member>, String> {
     s.split(',')
@@ -51,7 +79,10 @@ pub fn parse_initial_cluster(s: &str) -> Result<Vec<Member>, String> {
             let (name, url) = part
                 .split_once('=')
                 .ok_or_else(|| format!("--initial-cluster entry {part:?} is not name=url"))?;
-            parse_url(url)?;
+            // A unix socket (etcd's `unix://PATH`) names no address to check.
+            if !url.trim().starts_with("unix://") {
+                parse_url(url)?;
+            }
             Ok(Member {
                 name: name.trim().to_string(),
                 peer_url: url.trim().to_string(),
@@ -88,5 +119,22 @@ pub fn check_advertised_peer_url(name: &str, members: &[Member], urls: &str) -> 
             "--initial-advertise-peer-urls={}: oncekv serves one peer URL per member",
             urls.join(",")
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_may_be_unix_sockets_as_etcd_writes_them() {
+        let (tcp, unix) =
+            parse_peer_listen_urls("http://127.0.0.1:2380, unix://etcd.unix:1").expect("parses");
+        assert_eq!(tcp, vec!["127.0.0.1:2380".parse().expect("addr")]);
+        assert_eq!(unix, vec![PathBuf::from("etcd.unix:1")]);
+        assert!(parse_peer_listen_urls("unixs://etcd.unix:1").is_err());
+        assert!(parse_peer_listen_urls("unix://").is_err());
+        let members = parse_initial_cluster("e1=unix://etcd.unix:1").expect("parses");
+        assert_eq!(members[0].peer_url, "unix://etcd.unix:1");
     }
 }
