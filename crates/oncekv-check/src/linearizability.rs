@@ -97,16 +97,31 @@ fn to_op(e: &Event) -> Option<Op> {
 
 /// Checks every shared key (`k…`) of `history`.
 pub fn check_all(history: &[Event]) -> Vec<String> {
+    judge_all(history).violations
+}
+
+/// What [`judge_all`] found: the violations (as [`check_all`] gives them), and the keys
+/// whose search ran out of its budget (neither passed nor failed: a report must say so,
+/// not count them as passed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Judged {
+    pub violations: Vec<String>,
+    pub inconclusive: Vec<String>,
+}
+
+/// [`check_all`], also naming the keys it could not decide.
+pub fn judge_all(history: &[Event]) -> Judged {
     let mut by_key: BTreeMap<&str, Vec<Op>> = BTreeMap::new();
     for e in history.iter().filter(|e| e.key.starts_with('k')) {
         if let Some(op) = to_op(e) {
             by_key.entry(e.key.as_str()).or_default().push(op);
         }
     }
-    let mut out = Vec::new();
+    let mut out = Judged::default();
     for (key, ops) in by_key {
         match check(&ops) {
-            Verdict::Ok | Verdict::Inconclusive => {}
+            Verdict::Ok => {}
+            Verdict::Inconclusive => out.inconclusive.push(key.to_string()),
             Verdict::Violation => {
                 let mut msg = format!(
                     "linearizability: no valid order for the {} operations on {key}:",
@@ -116,7 +131,7 @@ pub fn check_all(history: &[Event]) -> Vec<String> {
                     msg.push_str("\n      ");
                     msg.push_str(&op.what);
                 }
-                out.push(msg);
+                out.violations.push(msg);
             }
         }
     }

@@ -25,6 +25,8 @@ pub struct Verdicts {
     /// Every shared key as a register, final reads included (so an acknowledged write
     /// lost after the heal is a violation here).
     pub linearizability: Vec<String>,
+    /// Shared keys whose linearizability search ran out of its budget: not checked.
+    pub inconclusive: Vec<String>,
     pub watches: Vec<String>,
     pub fencing: Vec<String>,
     /// Members that exited by themselves, and the cluster failing the harness after the
@@ -91,9 +93,11 @@ pub fn judge(r: &Recorded, crashes: &[String]) -> Verdicts {
     } else {
         Vec::new()
     };
+    let judged = linearizability::judge_all(&r.calls);
     Verdicts {
         exactly_once: exactly_once::check(&r.calls, r.tracked),
-        linearizability: linearizability::check_all(&r.calls),
+        linearizability: judged.violations,
+        inconclusive: judged.inconclusive,
         watches,
         fencing,
         liveness,

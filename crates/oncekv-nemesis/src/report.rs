@@ -16,6 +16,8 @@ pub struct Row {
     pub counts: Counts,
     pub exactly_once: usize,
     pub linearizability: usize,
+    /// Shared keys the linearizability search could not decide (its budget ran out).
+    pub inconclusive: usize,
     pub watches: usize,
     pub fencing: usize,
     pub liveness: usize,
@@ -37,6 +39,7 @@ impl Row {
         self.counts.add(counts);
         self.exactly_once += v.exactly_once.len();
         self.linearizability += v.linearizability.len();
+        self.inconclusive += v.inconclusive.len();
         self.watches += v.watches.len();
         self.fencing += v.fencing.len();
         self.liveness += v.liveness.len();
@@ -101,7 +104,10 @@ pub fn table(rows: &[Row]) -> String {
             r.counts.failed,
             r.counts.unknown,
             exactly_once,
-            verdict(r.linearizability, r.runs),
+            match (verdict(r.linearizability, r.runs), r.inconclusive) {
+                (v, 0) => v,
+                (v, n) => format!("{v} ({n} key{} undecided)", if n == 1 { "" } else { "s" }),
+            },
             verdict(r.watches, r.runs),
             verdict(r.fencing, r.runs),
             verdict(r.liveness, r.runs),
@@ -159,6 +165,19 @@ mod tests {
         );
         assert_eq!(r.violations(), 1);
         assert!(!t.contains('¹'));
+    }
+
+    // A key the search could not decide is not a pass: the column says how many.
+    #[test]
+    fn undecided_keys_show_beside_the_linearizability_verdict() {
+        let mut r = row("oncekv");
+        let v = Verdicts {
+            inconclusive: vec!["k1@3".into(), "k2@3".into()],
+            ..Verdicts::default()
+        };
+        r.add(Counts::default(), &v, &[]);
+        let t = table(&[r]);
+        assert!(t.contains("| ok (2 keys undecided) |"), "{t}");
     }
 
     #[test]
