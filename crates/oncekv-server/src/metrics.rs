@@ -116,28 +116,25 @@ impl NodeMetrics {
             })
         };
 
-        let version = IntGaugeVec::new(
-            Opts::new(
-                "etcd_server_version",
-                "Which version is running. 1 for 'server_version' label with current version.",
-            ),
-            &["server_version"],
+        // etcd's version gauges: one series, labeled with the version, set to 1.
+        let labeled_one = |name: &str, help: &str, label: &str, value: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &[label])?;
+            r.register(Box::new(g.clone()))?;
+            g.with_label_values(&[value]).set(1);
+            Ok::<_, prometheus::Error>(())
+        };
+        labeled_one(
+            "etcd_server_version",
+            "Which version is running. 1 for 'server_version' label with current version.",
+            "server_version",
+            crate::compat::ETCD_API_VERSION,
         )?;
-        r.register(Box::new(version.clone()))?;
-        version
-            .with_label_values(&[crate::compat::ETCD_API_VERSION])
-            .set(1);
-        let cluster_version = IntGaugeVec::new(
-            Opts::new(
-                "etcd_cluster_version",
-                "Which version is running. 1 for 'cluster_version' label with current cluster version",
-            ),
-            &["cluster_version"],
+        labeled_one(
+            "etcd_cluster_version",
+            "Which version is running. 1 for 'cluster_version' label with current cluster version",
+            "cluster_version",
+            crate::compat::ETCD_CLUSTER_VERSION,
         )?;
-        r.register(Box::new(cluster_version.clone()))?;
-        cluster_version
-            .with_label_values(&[crate::compat::ETCD_CLUSTER_VERSION])
-            .set(1);
 
         let grpc_labels = ["grpc_type", "grpc_service", "grpc_method"];
         let grpc_started = IntCounterVec::new(

@@ -448,9 +448,6 @@ pub fn import_etcd_data_dir(
     if Identity::load(disk, data_dir)?.is_some() {
         return Ok(None);
     }
-    if !initial_cluster.iter().any(|m| m.name == name) {
-        return Err(format!("member {name:?} is not in --initial-cluster"));
-    }
     let opts = OpenOptions {
         // A database in a data directory carries no SHA-256 (only a snapshot stream does).
         skip_hash_check: true,

@@ -142,10 +142,6 @@ impl ServerTls {
         }))
     }
 
-    pub fn files(&self) -> &TlsFiles {
-        &self.files
-    }
-
     /// The configuration for the next handshake.
     pub fn config(&self) -> Arc<ServerConfig> {
         let stamp = self.files.stamp();
