@@ -17,6 +17,8 @@ use crate::lease::{Lease, LeaseTable};
 use crate::session::{Session, SessionTable};
 use crate::state_machine::StateMachine;
 
+mod relink;
+
 /// The image format and its version: a change to the format changes the version, so that
 /// an image of another format is refused (`BadMagic`), never misread. Version 4 is
 /// version 3 followed by the raised alarms; version 5 is version 4 followed by the auth
@@ -129,8 +131,8 @@ impl Serialize for SnapshotView<'_> {
     }
 }
 
-/// Owned form, same field order and types, for decoding.
-#[derive(Deserialize)]
+/// Owned form, same field order and types, for decoding (see [`relink`] for why its
+/// decoding is written out).
 struct Image {
     settings: Settings,
     applied_index: u64,
@@ -142,6 +144,59 @@ struct Image {
     leases: Vec<(i64, Lease)>,
     sessions: Vec<(u64, Session)>,
     nonces: Vec<(u64, u128)>,
+}
+
+impl<'de> Deserialize<'de> for Image {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Image, D::Error> {
+        const FIELDS: [&str; 10] = [
+            "settings",
+            "applied_index",
+            "cluster_time",
+            "revision",
+            "kvs",
+            "compacted",
+            "history",
+            "leases",
+            "sessions",
+            "nonces",
+        ];
+        deserializer.deserialize_struct("Image", &FIELDS, ImageVisitor)
+    }
+}
+
+struct ImageVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ImageVisitor {
+    type Value = Image;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an oncekv state image")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Image, A::Error> {
+        use relink::plain;
+        let settings = plain(&mut seq, "settings")?;
+        let applied_index = plain(&mut seq, "applied index")?;
+        let cluster_time = plain(&mut seq, "cluster time")?;
+        let revision = plain(&mut seq, "revision")?;
+        let kvs: relink::Head = plain(&mut seq, "keys")?;
+        let compacted = plain(&mut seq, "compaction point")?;
+        let history = seq
+            .next_element_seed(relink::SharedHistory { head: &kvs })?
+            .ok_or_else(|| serde::de::Error::custom("the image ends before its history"))?;
+        Ok(Image {
+            settings,
+            applied_index,
+            cluster_time,
+            revision,
+            kvs,
+            compacted,
+            history,
+            leases: plain(&mut seq, "leases")?,
+            sessions: plain(&mut seq, "sessions")?,
+            nonces: plain(&mut seq, "nonces")?,
+        })
+    }
 }
 
 impl StateMachine {

@@ -28,7 +28,9 @@ use crate::log_store::Durability;
 use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConfig};
 
 use snapshot_file::{Image, snapshot_file_head};
-pub(crate) use snapshot_file::{SnapshotFile, decode_snapshot_file, encode_snapshot_file};
+pub(crate) use snapshot_file::{
+    SnapshotFile, decode_snapshot_file, decode_snapshot_parts, encode_snapshot_file,
+};
 
 /// The state machine snapshot, in the state directory.
 pub const SNAPSHOT_FILE: &str = "snapshot.bin";
@@ -244,12 +246,12 @@ impl SmStore {
         };
         match disk.read(&path) {
             Ok(bytes) => {
-                let file = decode_snapshot_file(&bytes)
+                let (meta, data) = decode_snapshot_parts(&bytes)
                     .map_err(|e| format!("snapshot {}: {e}", path.display()))?;
-                inner.sm = StateMachine::restore(&file.data)
+                inner.sm = StateMachine::restore(data)
                     .map_err(|e| format!("snapshot {}: {e}", path.display()))?;
-                inner.last_applied = file.meta.last_log_id;
-                inner.membership = file.meta.last_membership;
+                inner.last_applied = meta.last_log_id;
+                inner.membership = meta.last_membership;
                 inner.snapshot_bytes = bytes.len() as u64;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

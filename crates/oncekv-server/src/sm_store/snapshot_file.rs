@@ -170,6 +170,18 @@ pub(super) fn snapshot_file_head(
 }
 
 pub(crate) fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String> {
+    let (meta, data) = decode_snapshot_parts(bytes)?;
+    Ok(SnapshotFile {
+        meta,
+        data: data.to_vec(),
+    })
+}
+
+/// [`decode_snapshot_file`] without copying the image out of `bytes` (a copy of a
+/// large state is hundreds of MB at once).
+pub(crate) fn decode_snapshot_parts(
+    bytes: &[u8],
+) -> Result<(SnapshotMeta<NodeId, Member>, &[u8]), String> {
     let rest = bytes
         .strip_prefix(SNAPSHOT_MAGIC)
         .ok_or("not an oncekv snapshot file")?;
@@ -187,9 +199,8 @@ pub(crate) fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String>
         postcard::take_from_bytes(body).map_err(|e| format!("undecodable snapshot file: {e}"))?;
     let data = image
         .get(..len)
-        .ok_or("truncated snapshot file (the image is cut short)")?
-        .to_vec();
-    Ok(SnapshotFile { meta, data })
+        .ok_or("truncated snapshot file (the image is cut short)")?;
+    Ok((meta, data))
 }
 
 #[cfg(test)]
