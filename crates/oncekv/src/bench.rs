@@ -623,6 +623,8 @@ struct Summary {
     rate: f64,
     /// avg, p50, p90, p99, max (milliseconds).
     latency_ms: [f64; 5],
+    /// p99.9 (milliseconds): the tail `bench compare --scale` reports beside the worst.
+    p999_ms: f64,
 }
 
 impl Summary {
@@ -670,6 +672,7 @@ impl Summary {
                 pct(0.99),
                 latencies.last().map_or(0.0, |&n| ms(n)),
             ],
+            p999_ms: pct(0.999),
         }
     }
 

@@ -16,6 +16,9 @@
 //! Written to `--out`: `compare.md` (the tables), `compare.svg` (throughput and latency
 //! against the number of clients) and `runs.csv` (every run).
 //!
+//! `--scale` runs another experiment, the cost as data grows (puts with every revision
+//! kept, a restart, reads after it): [`scale`].
+//!
 //! Here: the flags, the rounds and the runs against each cluster. Starting and stopping
 //! the clusters is in [`cluster`], reading the machine in [`machine`], and what is
 //! written from the runs in [`report`].
@@ -23,6 +26,7 @@
 mod cluster;
 mod machine;
 mod report;
+mod scale;
 
 use std::path::PathBuf;
 
@@ -38,29 +42,53 @@ use report::{Report, utc_now};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Numbers of concurrent clients to run every workload with, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    /// Instead of the throughput table, the cost as data grows: per system, --duration
+    /// of puts with every revision kept, then a graceful stop, a restart on the same data
+    /// and --read-duration of linearizable gets; writes scale.md and scale.csv (put
+    /// count, put latency tail, resident memory before and after the restart, disk,
+    /// restart time, reads after it, and oncekv's figures per put against etcd's). Takes
+    /// minutes and, at the defaults, several GiB of memory and disk (under TMPDIR).
+    #[arg(long)]
+    pub scale: bool,
+    /// The systems to run, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "etcd,oncekv")]
+    pub systems: Vec<System>,
+    /// Numbers of concurrent clients to run every workload with, comma separated
+    /// [default: 1,16,64; with --scale one count, 64].
+    #[arg(long, value_delimiter = ',')]
     pub clients: Vec<usize>,
     /// Workloads, in the order they run against each cluster: put (random keys), range
     /// (linearizable gets of the same key space, after the puts filled it).
-    #[arg(long, value_delimiter = ',', default_value = "put,range")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "put,range",
+        conflicts_with = "scale"
+    )]
     pub workloads: Vec<CompareWorkload>,
-    /// How long each run lasts, in seconds.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
-    /// Rounds: each starts both clusters afresh, odd rounds etcd first.
-    #[arg(long, default_value_t = 2)]
-    pub rounds: usize,
-    /// Size of each put's value, in bytes.
-    #[arg(long, default_value_t = 256)]
-    pub value_size: usize,
-    /// Number of distinct keys (8-byte decimal keys; at most 100,000,000).
-    #[arg(long, default_value_t = 100_000)]
-    pub key_space: u64,
-    /// Skip the oncekv-client columns (exactly-once and untracked puts).
+    /// How long each run lasts (with --scale: the put phase), in seconds [default: 5;
+    /// with --scale 60].
     #[arg(long)]
+    pub duration: Option<f64>,
+    /// With --scale: how long the linearizable gets after the restart last, in seconds
+    /// [default: 10].
+    #[arg(long, requires = "scale")]
+    pub read_duration: Option<f64>,
+    /// Rounds: each starts both clusters afresh, odd rounds etcd first.
+    #[arg(long, default_value_t = 2, conflicts_with = "scale")]
+    pub rounds: usize,
+    /// Size of each put's value, in bytes [default: 256; with --scale 1024].
+    #[arg(long)]
+    pub value_size: Option<usize>,
+    /// Number of distinct keys (8-byte decimal keys; at most 100,000,000) [default:
+    /// 100,000; with --scale 1,000,000].
+    #[arg(long)]
+    pub key_space: Option<u64>,
+    /// Skip the oncekv-client columns (exactly-once and untracked puts).
+    #[arg(long, conflicts_with = "scale")]
     pub no_oncekv_client: bool,
-    /// Directory for compare.md, compare.svg and runs.csv (created if needed).
+    /// Directory for compare.md, compare.svg and runs.csv, or with --scale scale.md and
+    /// scale.csv (created if needed).
     #[arg(long, default_value = "bench-compare")]
     pub out: PathBuf,
     /// The etcd server binary (3.4 or later; Debian's etcd-server package has one).
@@ -76,6 +104,35 @@ pub struct CompareArgs {
     /// Keep the clusters' data directories and logs (their path is printed).
     #[arg(long)]
     pub keep: bool,
+}
+
+impl CompareArgs {
+    /// The client counts: as given, else this mode's default.
+    fn clients(&self) -> &[usize] {
+        match (self.clients.is_empty(), self.scale) {
+            (false, _) => &self.clients,
+            (true, false) => &[1, 16, 64],
+            (true, true) => &[64],
+        }
+    }
+
+    fn duration(&self) -> f64 {
+        self.duration.unwrap_or(if self.scale { 60.0 } else { 5.0 })
+    }
+
+    fn read_duration(&self) -> f64 {
+        self.read_duration.unwrap_or(10.0)
+    }
+
+    fn value_size(&self) -> usize {
+        self.value_size
+            .unwrap_or(if self.scale { 1024 } else { 256 })
+    }
+
+    fn key_space(&self) -> u64 {
+        self.key_space
+            .unwrap_or(if self.scale { 1_000_000 } else { 100_000 })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
@@ -137,10 +194,21 @@ impl Series {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum System {
+/// A system measured: a 3-member etcd (three processes) or `oncekv dev` (three members
+/// in one process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum System {
     Etcd,
     Oncekv,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Etcd => "etcd",
+            System::Oncekv => "oncekv",
+        }
+    }
 }
 
 /// One run's figures.
@@ -219,8 +287,14 @@ pub async fn run(args: CompareArgs) -> Result<(), String> {
 }
 
 fn validate(args: &CompareArgs) -> Result<(), String> {
-    if args.clients.is_empty() || args.clients.contains(&0) {
+    if args.clients().contains(&0) {
         return Err("--clients: every count must be at least 1".into());
+    }
+    if args.scale && args.clients().len() != 1 {
+        return Err("--scale runs one client count: give --clients one number".into());
+    }
+    if args.systems.is_empty() {
+        return Err("--systems: name at least one of etcd, oncekv".into());
     }
     if args.workloads.is_empty() {
         return Err("--workloads: name at least one of put, range".into());
@@ -228,13 +302,17 @@ fn validate(args: &CompareArgs) -> Result<(), String> {
     if args.rounds == 0 {
         return Err("--rounds must be at least 1".into());
     }
-    if !(args.duration.is_finite() && args.duration > 0.0) {
-        return Err(format!(
-            "--duration {}: expected a positive number of seconds",
-            args.duration
-        ));
+    for (flag, secs) in [
+        ("--duration", args.duration()),
+        ("--read-duration", args.read_duration()),
+    ] {
+        if !(secs.is_finite() && secs > 0.0) {
+            return Err(format!(
+                "{flag} {secs}: expected a positive number of seconds"
+            ));
+        }
     }
-    if args.key_space == 0 || args.key_space > 100_000_000 {
+    if args.key_space() == 0 || args.key_space() > 100_000_000 {
         return Err("--key-space must be between 1 and 100,000,000 (8-byte keys)".into());
     }
     Ok(())
@@ -262,9 +340,23 @@ async fn compare(args: &CompareArgs) -> Result<(), String> {
         rtt
     );
 
-    let mut value = vec![0u8; args.value_size];
+    let mut value = vec![0u8; args.value_size()];
     rand::thread_rng().fill(&mut value[..]);
     let value = Bytes::from(value);
+    if args.scale {
+        let machine = scale::Machine {
+            etcd_version: &etcd_version,
+            oncekv: &oncekv,
+            work: work.path(),
+            fsync,
+            rtt,
+        };
+        let result = scale::run(args, &machine, &value).await;
+        if args.keep {
+            eprintln!("bench compare: kept {}", work.keep().display());
+        }
+        return result;
+    }
     let mut runs = Vec::new();
     for round in 1..=args.rounds {
         let order = if round % 2 == 1 {
@@ -272,14 +364,8 @@ async fn compare(args: &CompareArgs) -> Result<(), String> {
         } else {
             [System::Oncekv, System::Etcd]
         };
-        for system in order {
-            let dir = work.path().join(format!(
-                "r{round}-{}",
-                match system {
-                    System::Etcd => "etcd",
-                    System::Oncekv => "oncekv",
-                }
-            ));
+        for system in order.into_iter().filter(|s| args.systems.contains(s)) {
+            let dir = work.path().join(format!("r{round}-{}", system.name()));
             let cluster = match system {
                 System::Etcd => Cluster::etcd(&args.etcd, &dir).await?,
                 System::Oncekv => Cluster::oncekv(&oncekv, &args.oncekv_args, &dir).await?,
@@ -358,7 +444,7 @@ async fn measure_cluster(
         ],
     };
     // A second of puts first: leader elected, connections and caches warm.
-    let warm_up = common(cluster, 16, 1.0, ClientKind::Wire, args.key_space);
+    let warm_up = common(cluster, 16, 1.0, ClientKind::Wire, args.key_space());
     let _ = super::measure(
         &warm_up,
         Workload::Put {
@@ -374,13 +460,13 @@ async fn measure_cluster(
             if workload == CompareWorkload::Range && series.client() != ClientKind::Wire {
                 continue;
             }
-            for &clients in &args.clients {
+            for &clients in args.clients() {
                 let c = common(
                     cluster,
                     clients,
-                    args.duration,
+                    args.duration(),
                     series.client(),
-                    args.key_space,
+                    args.key_space(),
                 );
                 let load = load_average();
                 let cpu_before = cluster.cpu_seconds();

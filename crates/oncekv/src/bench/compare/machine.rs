@@ -1,6 +1,6 @@
-//! What `bench compare` reads about the machine it runs on: CPU time of a process, the
-//! load average, the CPU count, and probes of fsync and loopback latency, the floor under
-//! a write.
+//! What `bench compare` reads about the machine it runs on: CPU time and resident memory
+//! of a process, disk used under a directory, the load average, the CPU count and memory,
+//! and probes of fsync and loopback latency, the floor under a write.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -25,6 +25,46 @@ pub(super) fn process_cpu_seconds(pid: u32) -> f64 {
     };
     // `rest` starts at field 3, so fields 14 and 15 are at 11 and 12.
     (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// VmRSS of /proc/PID/status, in bytes (0 when the process is gone). It counts the
+/// pages resident now, shared ones included, as `ps` and `top` do.
+pub(super) fn process_rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| kib_field(&s, "VmRSS:"))
+        .unwrap_or(0)
+}
+
+/// MemTotal of /proc/meminfo, in bytes (0 when unreadable).
+pub(super) fn memory_total_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| kib_field(&s, "MemTotal:"))
+        .unwrap_or(0)
+}
+
+/// The value of a "Name:   1234 kB" line, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find_map(|l| l.strip_prefix(name))?;
+    let kib: u64 = line.split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes of disk allocated to the files under `path`, as `du` counts them (blocks, not
+/// lengths: a preallocated log segment counts whole). Symbolic links are not followed.
+pub(super) fn disk_usage_bytes(path: &Path) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut total = meta.blocks() * 512;
+    if meta.is_dir() {
+        let entries = std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("{}: {e}", path.display()))?;
+            total += disk_usage_bytes(&entry.path())?;
+        }
+    }
+    Ok(total)
 }
 
 pub(super) fn load_average() -> f64 {
@@ -90,4 +130,29 @@ pub(super) fn round_trip_probe() -> Result<f64, String> {
     let _ = echo.join();
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kib_fields_are_read_as_bytes() {
+        // The units /proc prints are KiB, whatever the "kB" says.
+        let status = "Name:\toncekv\nVmPeak:\t  9000 kB\nVmRSS:\t  2048 kB\n";
+        assert_eq!(kib_field(status, "VmRSS:"), Some(2048 * 1024));
+        assert_eq!(kib_field(status, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn disk_usage_counts_the_files_below() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let empty = disk_usage_bytes(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(dir.path().join("a")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join("a/f"), vec![1u8; 64 * 1024])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let full = disk_usage_bytes(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(full >= empty + 64 * 1024, "{empty} then {full}");
+        assert!(process_rss_bytes(std::process::id()) > 0);
+    }
 }

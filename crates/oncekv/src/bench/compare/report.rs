@@ -115,13 +115,13 @@ impl Report<'_> {
             self.etcd_version,
             env!("CARGO_PKG_VERSION"),
             self.args.rounds,
-            self.args.duration,
+            self.args.duration(),
         );
         let _ = writeln!(
             md,
             "Command: `oncekv bench compare --clients {} --workloads {} --duration {} --rounds {} --value-size {} --key-space {}{}`\n",
             self.args
-                .clients
+                .clients()
                 .iter()
                 .map(usize::to_string)
                 .collect::<Vec<_>>()
@@ -132,10 +132,10 @@ impl Report<'_> {
                 .map(|w| w.name())
                 .collect::<Vec<_>>()
                 .join(","),
-            self.args.duration,
+            self.args.duration(),
             self.args.rounds,
-            self.args.value_size,
-            self.args.key_space,
+            self.args.value_size(),
+            self.args.key_space(),
             self.args
                 .oncekv_args
                 .iter()
@@ -147,12 +147,13 @@ impl Report<'_> {
                 CompareWorkload::Put => writeln!(
                     md,
                     "## put ({}-byte values, 8-byte keys over {} keys)\n",
-                    self.args.value_size, self.args.key_space
+                    self.args.value_size(),
+                    self.args.key_space()
                 ),
                 CompareWorkload::Range => writeln!(
                     md,
                     "## range (linearizable gets of one key, over {} keys)\n",
-                    self.args.key_space
+                    self.args.key_space()
                 ),
             };
             let _ = writeln!(
@@ -163,7 +164,7 @@ impl Report<'_> {
                 md,
                 "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
             );
-            for &c in &self.args.clients {
+            for &c in self.args.clients() {
                 let e = figures(&agg, (w, Series::Etcd, c));
                 let o = figures(&agg, (w, Series::Oncekv, c));
                 let _ = writeln!(
@@ -186,7 +187,7 @@ impl Report<'_> {
             // One write's floor: it is durable on a quorum once the leader's and a
             // follower's fsync are done, and it crosses the network at least twice (client
             // to leader and back, leader to follower and back).
-            if w == CompareWorkload::Put && self.args.clients.contains(&1) {
+            if w == CompareWorkload::Put && self.args.clients().contains(&1) {
                 let e = figures(&agg, (w, Series::Etcd, 1));
                 let o = figures(&agg, (w, Series::Oncekv, 1));
                 let floor_ms = (self.fsync.0 + 2.0 * self.rtt) / 1000.0;
@@ -202,7 +203,7 @@ impl Report<'_> {
             }
             // What the machine allows at the most clients: a ratio to etcd cannot exceed
             // this, however cheap oncekv's side, since the load runs on the same CPUs.
-            if let Some(&c) = self.args.clients.iter().max() {
+            if let Some(&c) = self.args.clients().iter().max() {
                 let e = figures(&agg, (w, Series::Etcd, c));
                 let o = figures(&agg, (w, Series::Oncekv, c));
                 let ceiling = o.ceiling(cpus());
@@ -234,7 +235,7 @@ impl Report<'_> {
                     "| clients | exactly-once req/s | untracked req/s | exactly-once/untracked | per round | exactly-once p50 / p99 ms | untracked p50 / p99 ms |"
                 );
                 let _ = writeln!(md, "| ---: | ---: | ---: | ---: | --- | ---: | ---: |");
-                for &c in &self.args.clients {
+                for &c in self.args.clients() {
                     let t = figures(&agg, (w, Series::OncekvTracked, c));
                     let u = figures(&agg, (w, Series::OncekvUntracked, c));
                     let _ = writeln!(
@@ -270,7 +271,7 @@ impl Report<'_> {
         let agg = self.aggregates();
         let mut out = String::new();
         for &w in &self.args.workloads {
-            for &c in &self.args.clients {
+            for &c in self.args.clients() {
                 let e = figures(&agg, (w, Series::Etcd, c));
                 let o = figures(&agg, (w, Series::Oncekv, c));
                 let _ = writeln!(
@@ -341,7 +342,7 @@ impl Report<'_> {
         let panels = root.split_evenly((2, columns));
         // The client counts sit at evenly spaced positions (1, 16, 64 would crowd a
         // linear axis and get unlabelled ticks on a log one), each labelled with its count.
-        let counts = &self.args.clients;
+        let counts = self.args.clients();
         let x_range = -0.3..(counts.len().max(1) - 1) as f64 + 0.3;
         let x_label = |x: &f64| {
             let i = x.round();
@@ -480,6 +481,7 @@ fn ratios(r: &[f64]) -> String {
 mod tests {
     use std::path::PathBuf;
 
+    use super::super::System;
     use super::*;
 
     #[test]
@@ -513,10 +515,13 @@ mod tests {
         CompareArgs {
             clients: vec![1, 64],
             workloads: vec![CompareWorkload::Put],
-            duration: 1.0,
+            duration: Some(1.0),
+            read_duration: None,
             rounds: 2,
-            value_size: 256,
-            key_space: 1000,
+            value_size: Some(256),
+            key_space: Some(1000),
+            scale: false,
+            systems: vec![System::Etcd, System::Oncekv],
             no_oncekv_client: false,
             out: PathBuf::from("unused"),
             etcd: PathBuf::from("etcd"),
