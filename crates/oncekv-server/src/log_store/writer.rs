@@ -200,6 +200,9 @@ pub(super) struct Writer {
     clean_marked: bool,
     /// `Some` once an I/O error happened.
     failed: Option<String>,
+    /// Where purged segments go to be deleted off this thread (`None`: deleted here, as
+    /// on the simulation's runtime).
+    deleter: Option<std::sync::mpsc::Sender<PathBuf>>,
     #[cfg(test)]
     pub(super) gate: Option<Arc<SyncGate>>,
 }
@@ -225,6 +228,7 @@ impl Writer {
             batch: next_batch,
             clean_marked: false,
             failed: None,
+            deleter: None,
             #[cfg(test)]
             gate: None,
         }
@@ -233,6 +237,21 @@ impl Writer {
     /// Runs until every sender is gone, then returns (files are closed on drop).
     /// Each message is the operations of one store call, never split across batches.
     pub(super) fn run(mut self, rx: Receiver<Vec<Op>>) {
+        let (deleter, paths) = std::sync::mpsc::channel::<PathBuf>();
+        let disk = self.disk.clone();
+        let spawned = std::thread::Builder::new()
+            .name("oncekv-log-delete".into())
+            .spawn(move || {
+                for path in paths {
+                    delete_segment(&*disk, &path);
+                }
+            });
+        match spawned {
+            Ok(_) => self.deleter = Some(deleter),
+            Err(e) => {
+                tracing::warn!(error = %e, "no thread for deleting purged log segments; the writer deletes them")
+            }
+        }
         while let Ok(mut ops) = rx.recv() {
             for more in rx.try_iter() {
                 ops.extend(more);
@@ -287,15 +306,25 @@ impl Writer {
         }
         match result {
             Ok(()) => {
-                for id in delete {
-                    let path = self.dir.join(segment_file_name(id));
-                    // A leftover segment is harmless: recovery skips what was purged.
-                    if let Err(e) = self.disk.remove_file(&path) {
-                        tracing::warn!(path = %path.display(), error = %e, "could not delete purged log segment");
-                    }
-                }
                 for d in done {
                     d(Ok(()));
+                }
+                // After the callbacks, and off this thread when it can be: unlinking a
+                // purged 64 MB segment takes tens of ms (hundreds for the several a
+                // snapshot frees at once), and appends waiting on the next fdatasync
+                // would wait for it. A segment left behind by a crash before its delete
+                // is harmless: recovery skips what was purged, and the next purge deletes
+                // it.
+                for id in delete {
+                    let path = self.dir.join(segment_file_name(id));
+                    match &self.deleter {
+                        Some(deleter) => {
+                            if let Err(back) = deleter.send(path) {
+                                delete_segment(&*self.disk, &back.0);
+                            }
+                        }
+                        None => delete_segment(&*self.disk, &path),
+                    }
                 }
             }
             Err(msg) => {
@@ -501,4 +530,12 @@ impl Writer {
 
 fn io_msg(what: &str, path: &Path, e: &io::Error) -> String {
     format!("cannot {what} {}: {e}", path.display())
+}
+
+/// Deletes a purged segment's file; a failure is logged and otherwise harmless (see
+/// [`Writer::process`]).
+fn delete_segment(disk: &dyn Disk, path: &Path) {
+    if let Err(e) = disk.remove_file(path) {
+        tracing::warn!(path = %path.display(), error = %e, "could not delete purged log segment");
+    }
 }

@@ -437,6 +437,7 @@ impl SmStore {
     fn build_snapshot_blocking(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
         // Copy under the lock, encode after it: apply waits for this lock. The copy
         // shares keys and values (`Bytes`), so it costs the maps' nodes, not the data.
+        let started = std::time::Instant::now();
         let (sm, last, membership) = {
             let inner = self.applied.read();
             (
@@ -448,6 +449,7 @@ impl SmStore {
         // Encoded as it is written (after a pass that measures it and one that checksums
         // it, since both go in front), never held whole in memory: with a long history
         // the image is hundreds of MB, and every member builds one at the same entry.
+        let copied = started.elapsed();
         let view = sm.snapshot_view();
         let len = postcard::experimental::serialized_size(&view).map_err(sm_err)?;
         let meta = SnapshotMeta {
@@ -464,6 +466,14 @@ impl SmStore {
         drop(view);
         drop(sm);
         self.applied.write().snapshot_bytes = size;
+        // etcd logs its snapshots at info too; the copy is the part apply waits for.
+        tracing::info!(
+            index = last.map_or(0, |l| l.index),
+            bytes = size,
+            copy_ms = copied.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "saved snapshot"
+        );
         // openraft 0.9 keeps only the metadata of a snapshot it had built; a follower that
         // needs it gets it from the file (`get_current_snapshot`).
         Ok(Snapshot {

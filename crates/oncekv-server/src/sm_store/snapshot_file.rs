@@ -58,8 +58,9 @@ impl Image<'_> {
     }
 
     pub(super) fn write_to(&self, file: &mut dyn AppendFile) -> std::io::Result<()> {
+        let file = &mut Paced { file, unsynced: 0 };
         match self {
-            Image::Bytes(b) => file.write_all(b),
+            Image::Bytes(b) => b.chunks(WRITE_BUFFER).try_for_each(|c| file.write_all(c)),
             Image::View(view, _) => {
                 let mut failed = None;
                 let out = ToFile {
@@ -73,6 +74,37 @@ impl Image<'_> {
                 }
             }
         }
+    }
+}
+
+/// How much of a snapshot is written before it is made durable, and the next written.
+///
+/// Written whole and synced once, a large image sat in the page cache (the kernel starts
+/// writing back only at a tenth of memory) and its one `fdatasync` flushed hundreds of MB
+/// at once: every log append's `fdatasync` behind it waited seconds, puts stalled and
+/// peers' appends timed out. Synced every few MB, a log append waits at most for one
+/// such flush (RocksDB's `bytes_per_sync` does the same for its files).
+const SYNC_EVERY: usize = 8 << 20;
+
+/// A file that is synced after every [`SYNC_EVERY`] bytes written to it.
+struct Paced<'a> {
+    file: &'a mut dyn AppendFile,
+    unsynced: usize,
+}
+
+impl AppendFile for Paced<'_> {
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(buf)?;
+        self.unsynced += buf.len();
+        if self.unsynced >= SYNC_EVERY {
+            self.sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        self.unsynced = 0;
+        self.file.sync_data()
     }
 }
 
