@@ -8,8 +8,6 @@
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
-use std::collections::btree_map::{Entry, OccupiedEntry, VacantEntry};
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -21,6 +19,17 @@ use crate::command::{
 };
 use crate::history::{Change, History};
 pub use crate::value::Value;
+
+/// The head's map: a B+ tree whose nodes are shared between copies, so that the copy a
+/// snapshot takes under the lock apply waits for costs a pointer, not a walk of every
+/// key (a quarter of a second at a million keys, every put waiting). A node shared with
+/// a snapshot still being written is copied when a write first changes it.
+type Map = imbl::OrdMap<MapKey, Value>;
+type Entry<'a> = imbl::ordmap::Entry<'a, MapKey, Value, imbl::shared_ptr::DefaultSharedPtr>;
+type OccupiedEntry<'a> =
+    imbl::ordmap::OccupiedEntry<'a, MapKey, Value, imbl::shared_ptr::DefaultSharedPtr>;
+type VacantEntry<'a> =
+    imbl::ordmap::VacantEntry<'a, MapKey, Value, imbl::shared_ptr::DefaultSharedPtr>;
 
 /// A key of the store's map: the key's bytes, with their first eight read as a big-endian
 /// number (zero-padded).
@@ -77,7 +86,7 @@ impl Borrow<[u8]> for MapKey {
 /// revision 1, as etcd is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvStore {
-    map: BTreeMap<MapKey, Value>,
+    map: Map,
     revision: i64,
     history: History,
 }
@@ -85,7 +94,7 @@ pub struct KvStore {
 impl Default for KvStore {
     fn default() -> Self {
         KvStore {
-            map: BTreeMap::new(),
+            map: Map::new(),
             revision: 1,
             history: History::default(),
         }
@@ -410,9 +419,8 @@ impl KvStore {
 }
 
 /// A key's place in the store, found by [`KvStore::slot`] before a put of it is decided.
-#[derive(Debug)]
 pub struct Slot<'a> {
-    entry: Entry<'a, MapKey, Value>,
+    entry: Entry<'a>,
     revision: &'a mut i64,
     history: &'a mut History,
 }
@@ -445,17 +453,34 @@ impl<'a> Slot<'a> {
 /// A [`Slot`] whose key is known to be stored, or known not to be.
 #[derive(Debug)]
 pub enum KnownSlot<'a> {
-    Stored(KeySlot<'a, OccupiedEntry<'a, MapKey, Value>>),
-    Free(KeySlot<'a, VacantEntry<'a, MapKey, Value>>),
+    Stored(KeySlot<'a, OccupiedEntry<'a>>),
+    Free(KeySlot<'a, VacantEntry<'a>>),
 }
 
 /// A key's place in the store for a put of that one key: `E` is the B-tree entry of a
 /// stored key or of a key that is not (see [`KnownSlot`]).
-#[derive(Debug)]
 pub struct KeySlot<'a, E> {
     entry: E,
     revision: &'a mut i64,
     history: &'a mut History,
+}
+
+// The map's entries do not print themselves; the revision says where the store is.
+impl std::fmt::Debug for Slot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: PutEntry> std::fmt::Debug for KeySlot<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeySlot")
+            .field("stored", &E::STORED)
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<E: PutEntry> KeySlot<'_, E> {
@@ -496,7 +521,7 @@ pub trait PutEntry {
     ) -> (Option<Value>, i64);
 }
 
-impl PutEntry for OccupiedEntry<'_, MapKey, Value> {
+impl PutEntry for OccupiedEntry<'_> {
     const STORED: bool = true;
 
     /// Returns the key's previous value and its lease now.
@@ -531,7 +556,7 @@ impl PutEntry for OccupiedEntry<'_, MapKey, Value> {
     }
 }
 
-impl PutEntry for VacantEntry<'_, MapKey, Value> {
+impl PutEntry for VacantEntry<'_> {
     const STORED: bool = false;
 
     /// Returns no previous value and the key's lease.
@@ -610,7 +635,7 @@ mod tests {
     #[test]
     fn scans_and_gets_find_what_a_map_of_bytes_would() {
         let mut store = KvStore::default();
-        let mut plain: BTreeMap<Bytes, Bytes> = BTreeMap::new();
+        let mut plain: std::collections::BTreeMap<Bytes, Bytes> = Default::default();
         // The tricky keys, and decimal keys of several lengths (a pseudo-random walk).
         let mut keys: Vec<Bytes> = tricky_keys()
             .into_iter()

@@ -435,8 +435,9 @@ impl SmStore {
     // openraft's StorageError is large; it is what the trait returns.
     #[allow(clippy::result_large_err)]
     fn build_snapshot_blocking(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        // Copy under the lock, encode after it: apply waits for this lock. The copy
-        // shares keys and values (`Bytes`), so it costs the maps' nodes, not the data.
+        // Copy under the lock, encode after it: apply waits for this lock. The key
+        // space's map and its history share their nodes and chunks with the copy, so
+        // what is copied here is the small tables (sessions, leases, auth).
         let started = std::time::Instant::now();
         let (sm, last, membership) = {
             let inner = self.applied.read();
