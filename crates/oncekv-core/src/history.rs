@@ -266,7 +266,8 @@ impl History {
         self.changes().last().map_or(0, |c| c.revision)
     }
 
-    fn push(&mut self, change: Change) {
+    /// Appends `change`, which must not be older than the last one.
+    pub(crate) fn push(&mut self, change: Change) {
         match self.chunks.back_mut() {
             Some(chunk) if chunk.len() < CHUNK => Arc::make_mut(chunk).push(change),
             // The first chunk grows as a vector does (a small history stays small); the

@@ -167,13 +167,22 @@ impl KvStore {
         compacted: i64,
         changes: Vec<Change>,
     ) -> Self {
+        Self::from_head_and_history(revision, entries, History::from_parts(compacted, changes))
+    }
+
+    /// [`from_parts`](Self::from_parts) with the history already built.
+    pub(crate) fn from_head_and_history(
+        revision: i64,
+        entries: impl IntoIterator<Item = (Bytes, Value)>,
+        history: History,
+    ) -> Self {
         KvStore {
             map: entries
                 .into_iter()
                 .map(|(k, v)| (MapKey::new(k), v))
                 .collect(),
             revision,
-            history: History::from_parts(compacted, changes),
+            history,
         }
     }
 

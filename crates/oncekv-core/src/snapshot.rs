@@ -18,6 +18,7 @@ use crate::session::{Session, SessionTable};
 use crate::state_machine::StateMachine;
 
 mod relink;
+mod stream;
 
 /// The image format and its version: a change to the format changes the version, so that
 /// an image of another format is refused (`BadMagic`), never misread. Version 4 is

@@ -58,7 +58,7 @@ impl<'de> Visitor<'de> for SharedHistory<'_> {
 }
 
 /// What the changes decoded so far hold, per key.
-struct Linker<'a> {
+pub(super) struct Linker<'a> {
     head: &'a [(Bytes, Value)],
     /// Per key changed so far: the key's bytes, and its value after its latest change
     /// (`None`: deleted), which is what the key's next change holds as its `prev`.
@@ -66,7 +66,7 @@ struct Linker<'a> {
 }
 
 impl<'a> Linker<'a> {
-    fn new(head: &'a [(Bytes, Value)]) -> Linker<'a> {
+    pub(super) fn new(head: &'a [(Bytes, Value)]) -> Linker<'a> {
         Linker {
             head,
             latest: HashMap::new(),
@@ -81,7 +81,7 @@ impl<'a> Linker<'a> {
     }
 
     /// `change` with its key and values replaced by equal bytes already held.
-    fn link(&mut self, mut change: Change) -> Change {
+    pub(super) fn link(&mut self, mut change: Change) -> Change {
         let head = self.head_of(&change.key);
         let (key, latest) = match (self.latest.get_key_value(&change.key), head) {
             (Some((key, latest)), _) => (key.clone(), latest.clone()),
