@@ -70,6 +70,27 @@ pub trait AppendFile: Send {
 /// A file open for positional reads.
 pub trait ReadAt: Send + Sync + fmt::Debug {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// The file's length in bytes.
+    fn size(&self) -> io::Result<u64>;
+}
+
+/// A [`ReadAt`] file read in order from `pos` up to `end`, as [`io::Read`].
+#[derive(Debug)]
+pub struct ReadFrom<'a> {
+    pub file: &'a dyn ReadAt,
+    pub pos: u64,
+    pub end: u64,
+}
+
+impl io::Read for ReadFrom<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (self.end.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
+        if n > 0 {
+            self.file.read_exact_at(&mut buf[..n], self.pos)?;
+            self.pos += n as u64;
+        }
+        Ok(n)
+    }
 }
 
 /// The real file system.
@@ -177,6 +198,10 @@ fn write_zeros(file: &File, from: u64, to: u64) -> io::Result<()> {
 impl ReadAt for File {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         FileExt::read_exact_at(self, buf, offset)
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
     }
 }
 

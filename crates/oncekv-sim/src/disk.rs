@@ -157,6 +157,10 @@ impl ReadAt for MemReader {
         buf.copy_from_slice(src);
         Ok(())
     }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(lock(&self.0).data.len() as u64)
+    }
 }
 
 impl Disk for MemDisk {

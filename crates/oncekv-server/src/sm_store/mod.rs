@@ -29,7 +29,7 @@ use crate::types::{EntryResponses, LogId, Member, NodeId, StorageError, TypeConf
 
 use snapshot_file::{Image, snapshot_file_head};
 pub(crate) use snapshot_file::{
-    SnapshotFile, decode_snapshot_file, decode_snapshot_parts, encode_snapshot_file,
+    SnapshotFile, decode_snapshot_file, encode_snapshot_file, load_snapshot_file,
 };
 
 /// The state machine snapshot, in the state directory.
@@ -176,6 +176,9 @@ pub struct SmStore {
     /// The member's log when it acknowledges its own appends before they are durable:
     /// an entry is applied only once it is durable there (see [`Durability`]).
     durability: Option<Durability<NodeId>>,
+    /// The metadata of the snapshot loaded at open, until raft first asks for the
+    /// current snapshot (see `get_current_snapshot`).
+    opened_with: Arc<std::sync::Mutex<Option<SnapshotMeta<NodeId, Member>>>>,
 }
 
 /// Receives the time each snapshot file took to write and sync.
@@ -244,18 +247,15 @@ impl SmStore {
             membership: StoredMembership::default(),
             snapshot_bytes: 0,
         };
-        match disk.read(&path) {
-            Ok(bytes) => {
-                let (meta, data) = decode_snapshot_parts(&bytes)
-                    .map_err(|e| format!("snapshot {}: {e}", path.display()))?;
-                inner.sm = StateMachine::restore(data)
-                    .map_err(|e| format!("snapshot {}: {e}", path.display()))?;
-                inner.last_applied = meta.last_log_id;
-                inner.membership = meta.last_membership;
-                inner.snapshot_bytes = bytes.len() as u64;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        let mut opened_with = None;
+        if let Some(loaded) = load_snapshot_file(&*disk, &path)
+            .map_err(|e| format!("snapshot {}: {e}", path.display()))?
+        {
+            opened_with = Some(loaded.meta.clone());
+            inner.sm = loaded.sm;
+            inner.last_applied = loaded.meta.last_log_id;
+            inner.membership = loaded.meta.last_membership;
+            inner.snapshot_bytes = loaded.bytes;
         }
         if let Some(o) = &observer {
             o.prepare(&mut inner.sm);
@@ -278,6 +278,7 @@ impl SmStore {
             warn_apply: DEFAULT_WARN_APPLY,
             on_save: None,
             durability: None,
+            opened_with: Arc::new(std::sync::Mutex::new(opened_with)),
         })
     }
 
@@ -287,7 +288,9 @@ impl SmStore {
 
     fn current_snapshot_file(&self) -> Option<SnapshotFile> {
         let bytes = self.disk.read(&self.dir.join(SNAPSHOT_FILE)).ok()?;
-        decode_snapshot_file(&bytes).ok()
+        // The image is cut out of the file's buffer in place: a copy would hold the
+        // whole state's encoding twice.
+        SnapshotFile::from_file_bytes(bytes).ok()
     }
 
     /// Writes the snapshot file durably (temp file, fsync, rename, fsync dir), unless a
@@ -422,6 +425,21 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        // Raft's first ask, as it starts (openraft 0.9's `get_initial_state`), reads only
+        // the metadata: answered from what open loaded, without reading the file (GBs
+        // for a large state, held beside the state just loaded from it). Every later
+        // ask is to send the snapshot to a member, and gets the file.
+        let opened = self
+            .opened_with
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(meta) = opened {
+            return Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(Vec::new())),
+            }));
+        }
         Ok(self.current_snapshot_file().map(|f| Snapshot {
             meta: f.meta,
             snapshot: Box::new(Cursor::new(f.data)),
@@ -570,6 +588,38 @@ mod tests {
             std::fs::read(&path).unwrap(),
             written,
             "the file changed after the stop"
+        );
+    }
+
+    // Reopened on a snapshot, the store answers raft's first ask (at its start, for the
+    // metadata) without the image, and every later ask (to send it) with the file.
+    #[tokio::test]
+    async fn the_first_ask_after_open_is_answered_without_reading_the_image() {
+        use oncekv_core::{Command, LogPayload, Op, Settings};
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let mut store = SmStore::open(dir.path(), Settings::default()).unwrap();
+            {
+                let mut inner = store.applied.write();
+                let entry = LogPayload {
+                    cluster_time: 1_000,
+                    commands: vec![Command::Untracked(Op::put("k", "v"))],
+                };
+                inner.sm.apply(1, &entry);
+                inner.last_applied = Some(LogId::new(openraft::CommittedLeaderId::new(1, 1), 1));
+            }
+            store.build_snapshot().await.unwrap();
+        }
+        let mut store = SmStore::open(dir.path(), Settings::default()).unwrap();
+        let first = store.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(first.meta.last_log_id.map(|l| l.index), Some(1));
+        assert!(first.snapshot.get_ref().is_empty());
+        let second = store.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(second.meta, first.meta);
+        let restored = StateMachine::restore(second.snapshot.get_ref()).unwrap();
+        assert_eq!(
+            restored.kv().get(b"k").map(|v| v.value.clone()),
+            Some("v".into())
         );
     }
 }

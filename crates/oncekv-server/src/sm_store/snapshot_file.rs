@@ -3,11 +3,14 @@
 //! can be read, and tested, without openraft's storage traits around it; backups read and
 //! write the same files through it.
 
-use oncekv_core::SnapshotView;
+use std::io::Read;
+use std::path::Path;
+
+use oncekv_core::{SnapshotView, StateMachine};
 use openraft::storage::SnapshotMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::disk::AppendFile;
+use crate::disk::{AppendFile, Disk, ReadFrom};
 use crate::types::{Member, NodeId};
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"OKVS";
@@ -17,6 +20,16 @@ const SNAPSHOT_MAGIC: &[u8; 4] = b"OKVS";
 pub(crate) struct SnapshotFile {
     pub(crate) meta: SnapshotMeta<NodeId, Member>,
     pub(crate) data: Vec<u8>,
+}
+
+impl SnapshotFile {
+    /// [`decode_snapshot_file`] of `bytes`, reusing their buffer for the image.
+    pub(crate) fn from_file_bytes(mut bytes: Vec<u8>) -> Result<SnapshotFile, String> {
+        let (meta, image) = decode_snapshot_parts(&bytes)?;
+        bytes.truncate(image.end);
+        bytes.drain(..image.start);
+        Ok(SnapshotFile { meta, data: bytes })
+    }
 }
 
 /// The snapshot file's bytes: magic, CRC-32 of the body, the body (postcard of a
@@ -202,18 +215,17 @@ pub(super) fn snapshot_file_head(
 }
 
 pub(crate) fn decode_snapshot_file(bytes: &[u8]) -> Result<SnapshotFile, String> {
-    let (meta, data) = decode_snapshot_parts(bytes)?;
+    let (meta, image) = decode_snapshot_parts(bytes)?;
     Ok(SnapshotFile {
         meta,
-        data: data.to_vec(),
+        data: bytes[image].to_vec(),
     })
 }
 
-/// [`decode_snapshot_file`] without copying the image out of `bytes` (a copy of a
-/// large state is hundreds of MB at once).
-pub(crate) fn decode_snapshot_parts(
+/// The metadata of the snapshot file `bytes`, and where in them its image is.
+fn decode_snapshot_parts(
     bytes: &[u8],
-) -> Result<(SnapshotMeta<NodeId, Member>, &[u8]), String> {
+) -> Result<(SnapshotMeta<NodeId, Member>, std::ops::Range<usize>), String> {
     let rest = bytes
         .strip_prefix(SNAPSHOT_MAGIC)
         .ok_or("not an oncekv snapshot file")?;
@@ -229,10 +241,86 @@ pub(crate) fn decode_snapshot_parts(
     // of bytes would go a byte at a time).
     let ((meta, len), image): ((SnapshotMeta<NodeId, Member>, usize), _) =
         postcard::take_from_bytes(body).map_err(|e| format!("undecodable snapshot file: {e}"))?;
-    let data = image
-        .get(..len)
-        .ok_or("truncated snapshot file (the image is cut short)")?;
-    Ok((meta, data))
+    if image.len() < len {
+        return Err("truncated snapshot file (the image is cut short)".into());
+    }
+    let start = bytes.len() - image.len();
+    Ok((meta, start..start + len))
+}
+
+/// A snapshot file read back: its metadata, the state, and the file's size.
+pub(crate) struct Loaded {
+    pub(crate) meta: SnapshotMeta<NodeId, Member>,
+    pub(crate) sm: StateMachine,
+    pub(crate) bytes: u64,
+}
+
+/// How much of a snapshot file is read at a time when it is checked.
+const READ_CHUNK: usize = 8 << 20;
+
+/// The snapshot file at `path` decoded, `None` if there is none: checked whole (magic,
+/// CRC-32) in a first pass, then decoded as it is read in a second, so that the file
+/// is never in memory whole next to the state decoded from it (a restarted member held
+/// both, twice its settled memory; see `StateMachine::restore_from`). The second pass
+/// reads from the page cache the first one filled.
+pub(crate) fn load_snapshot_file(disk: &dyn Disk, path: &Path) -> Result<Option<Loaded>, String> {
+    let file = match disk.open_read(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("reading it: {e}")),
+    };
+    let read_err = |e: std::io::Error| format!("reading it: {e}");
+    let len = file.size().map_err(read_err)?;
+    let body = (SNAPSHOT_MAGIC.len() + 4) as u64;
+    if len < body {
+        return Err("truncated snapshot file".into());
+    }
+    let mut head = [0u8; 8];
+    file.read_exact_at(&mut head, 0).map_err(read_err)?;
+    if head[..4] != SNAPSHOT_MAGIC[..] {
+        return Err("not an oncekv snapshot file".into());
+    }
+    let want = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let mut crc = crc32fast::Hasher::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    let mut body_reader = ReadFrom {
+        file: &*file,
+        pos: body,
+        end: len,
+    };
+    loop {
+        let n = body_reader.read(&mut chunk).map_err(read_err)?;
+        if n == 0 {
+            break;
+        }
+        crc.update(&chunk[..n]);
+    }
+    drop(chunk);
+    if crc.finalize() != want {
+        return Err("checksum mismatch (corrupt snapshot file)".into());
+    }
+    // The metadata is small (membership, log ids): a first piece of the body holds it.
+    let mut first = vec![0u8; (len - body).min(1 << 20) as usize];
+    file.read_exact_at(&mut first, body).map_err(read_err)?;
+    let ((meta, image_len), rest): ((SnapshotMeta<NodeId, Member>, usize), _) =
+        postcard::take_from_bytes(&first).map_err(|e| format!("undecodable snapshot file: {e}"))?;
+    let start = body + (first.len() - rest.len()) as u64;
+    let end = start + image_len as u64;
+    if end > len {
+        return Err("truncated snapshot file (the image is cut short)".into());
+    }
+    drop(first);
+    let sm = StateMachine::restore_from(ReadFrom {
+        file: &*file,
+        pos: start,
+        end,
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(Some(Loaded {
+        meta,
+        sm,
+        bytes: len,
+    }))
 }
 
 #[cfg(test)]
@@ -266,7 +354,9 @@ mod tests {
             assert_eq!(file[4..8], crc32fast::hash(&whole).to_le_bytes());
             assert_eq!(file[8..], whole[..], "len {len}");
             let back = decode_snapshot_file(&file).unwrap();
-            assert_eq!((back.meta, back.data), (meta.clone(), data));
+            assert_eq!((back.meta, back.data), (meta.clone(), data.clone()));
+            let in_place = SnapshotFile::from_file_bytes(file).unwrap();
+            assert_eq!((in_place.meta, in_place.data), (meta.clone(), data));
         }
         // An image cut short is refused, not read as a shorter one.
         let mut file = encode_snapshot_file(&meta, &[9u8; 1000]).unwrap();
@@ -278,6 +368,52 @@ mod tests {
                 .unwrap_err()
                 .contains("truncated")
         );
+    }
+
+    /// A file read back in two passes gives the state written, and a damaged, cut or
+    /// missing file is told apart.
+    #[test]
+    fn a_snapshot_file_is_loaded_as_it_is_read_and_damage_is_refused() {
+        use oncekv_core::{Command, LogPayload, Op, Settings};
+        let mut sm = StateMachine::new(Settings::default());
+        for i in 0..200u64 {
+            let op = Op::put(format!("k{}", i % 30), vec![i as u8; 100 + i as usize]);
+            let entry = LogPayload {
+                cluster_time: 1_000,
+                commands: vec![Command::Untracked(op)],
+            };
+            sm.apply(i + 1, &entry);
+        }
+        let image = sm.snapshot().unwrap();
+        let meta = SnapshotMeta {
+            last_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(2, 1), 200)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "2-1-200".into(),
+        };
+        let file = encode_snapshot_file(&meta, &image).unwrap();
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("snapshot.bin");
+        let disk = crate::disk::OsDisk;
+        assert!(load_snapshot_file(&disk, &path).unwrap().is_none());
+
+        std::fs::write(&path, &file).unwrap();
+        let loaded = load_snapshot_file(&disk, &path).unwrap().unwrap();
+        assert_eq!(loaded.meta, meta);
+        assert_eq!(loaded.bytes, file.len() as u64);
+        assert_eq!(loaded.sm.snapshot().unwrap(), image);
+
+        let mut damaged = file.clone();
+        let at = damaged.len() / 2;
+        damaged[at] ^= 0x40;
+        std::fs::write(&path, &damaged).unwrap();
+        let refused = load_snapshot_file(&disk, &path).err().unwrap();
+        assert!(refused.contains("checksum mismatch"), "{refused}");
+
+        std::fs::write(&path, &file[..file.len() - 3]).unwrap();
+        assert!(load_snapshot_file(&disk, &path).is_err());
+        std::fs::write(&path, &file[..5]).unwrap();
+        let refused = load_snapshot_file(&disk, &path).err().unwrap();
+        assert!(refused.contains("truncated"), "{refused}");
     }
 
     /// A file that keeps what is written, or fails once it would hold over `limit` bytes.
