@@ -62,10 +62,18 @@ pub fn check_history(
     input: impl BufRead,
     clients: Option<usize>,
 ) -> Result<Vec<String>, ReadError> {
+    Ok(judge_history(input, clients)?.violations)
+}
+
+/// [`check_history`], also naming the keys whose linearizability was left undecided.
+pub fn judge_history(
+    input: impl BufRead,
+    clients: Option<usize>,
+) -> Result<crate::linearizability::Judged, ReadError> {
     let history: Vec<Event> = read(input)?;
     let clients =
         clients.unwrap_or_else(|| history.iter().map(|e| e.client + 1).max().unwrap_or(0));
-    Ok(crate::check_calls(&history, clients))
+    Ok(crate::judge_calls(&history, clients))
 }
 
 /// The violations in watchers' records ([`watch::Watched`] lines, watcher `i` on line

@@ -61,7 +61,15 @@ pub use history::{Call, Event, Outcome, final_key, final_value, own_key};
 /// Every violation in a history of calls: [`exactly_once::check`] for clients
 /// `0..clients`, then [`linearizability::check_all`].
 pub fn check_calls(history: &[Event], clients: usize) -> Vec<String> {
-    let mut out = exactly_once::check(history, clients);
-    out.extend(linearizability::check_all(history));
-    out
+    judge_calls(history, clients).violations
+}
+
+/// [`check_calls`], also naming the shared keys whose linearizability search ran out of
+/// its budget (neither passed nor failed).
+pub fn judge_calls(history: &[Event], clients: usize) -> linearizability::Judged {
+    let mut judged = linearizability::judge_all(history);
+    let mut violations = exactly_once::check(history, clients);
+    violations.append(&mut judged.violations);
+    judged.violations = violations;
+    judged
 }

@@ -1,5 +1,7 @@
 //! `oncekv-check`: judges a recorded history (JSON Lines, see the crate README) and
-//! prints every violation. Exit status: 0 none, 1 some, 2 input that cannot be read.
+//! prints every violation, and every key whose linearizability search ran out of its
+//! budget (undecided: not a violation, and not a pass either). Exit status: 0 no
+//! violation, 1 some, 2 input that cannot be read.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -30,38 +32,50 @@ struct Args {
     clients: Option<usize>,
 }
 
-/// The violations `check` finds in `path`, or why it could not be read.
-fn judge(
+/// What `check` finds in `path`, or why it could not be read.
+fn judge<T>(
     path: &Path,
-    check: impl FnOnce(BufReader<File>) -> Result<Vec<String>, ReadError>,
-) -> Result<Vec<String>, String> {
+    check: impl FnOnce(BufReader<File>) -> Result<T, ReadError>,
+) -> Result<T, String> {
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     check(BufReader::new(file)).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn run(args: &Args) -> Result<Vec<String>, String> {
-    let mut violations = judge(&args.history, |r| jsonl::check_history(r, args.clients))?;
+/// The violations, and the keys left undecided.
+fn run(args: &Args) -> Result<(Vec<String>, Vec<String>), String> {
+    let judged = judge(&args.history, |r| jsonl::judge_history(r, args.clients))?;
+    let mut violations = judged.violations;
     if let Some(path) = &args.watches {
         violations.extend(judge(path, jsonl::check_watches)?);
     }
     if let Some(path) = &args.locks {
         violations.extend(judge(path, jsonl::check_locks)?);
     }
-    Ok(violations)
+    Ok((violations, judged.inconclusive))
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args) {
+    let (violations, undecided) = match run(&args) {
         Err(e) => {
             eprintln!("oncekv-check: cannot read {e}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
         }
-        Ok(violations) if violations.is_empty() => {
+        Ok(found) => found,
+    };
+    for key in &undecided {
+        println!("undecided: linearizability of {key} (the search ran out of its budget)");
+    }
+    if !undecided.is_empty() {
+        let n = undecided.len();
+        println!("{n} key{} undecided", if n == 1 { "" } else { "s" });
+    }
+    match violations {
+        violations if violations.is_empty() => {
             println!("no violations");
             ExitCode::SUCCESS
         }
-        Ok(violations) => {
+        violations => {
             for v in &violations {
                 println!("violation: {v}");
             }

@@ -112,6 +112,12 @@ fn a_stale_read_in_a_file_is_a_violation_and_a_fresh_one_is_not() {
     let fresh = jsonl::check_history(to_jsonl(&history("b")).as_slice(), Some(0))
         .expect("a readable history");
     assert_eq!(fresh, Vec::<String>::new());
+    // What the CLI prints: the same violations, and no key left undecided by histories
+    // this small.
+    let judged = jsonl::judge_history(to_jsonl(&history("a")).as_slice(), Some(0))
+        .expect("a readable history");
+    assert_eq!(judged.violations, stale);
+    assert_eq!(judged.inconclusive, Vec::<String>::new());
 }
 
 /// The README's ```json blocks, in order: the history, the watches, the locks.
