@@ -146,6 +146,7 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
         };
         listeners.push((bind(*c).await?, bind(*p).await?));
     }
+    let mut starts = Vec::new();
     for ((name, c, p), (client, peer)) in layout.iter().zip(listeners) {
         let mut config = NodeConfig::new(
             name,
@@ -160,11 +161,16 @@ pub async fn run(args: DevArgs) -> Result<(), String> {
             config.client_tls = Some(client_tls);
             config.peer_tls = Some(peer_tls);
         }
-        nodes.push(
+        starts.push(async move {
             Node::start_with_listeners(config, client, peer)
                 .await
-                .map_err(|e| format!("member {name}: {e}"))?,
-        );
+                .map_err(|e| format!("member {name}: {e}"))
+        });
+    }
+    // Together: a member reopened on a large state loads it for seconds (off the
+    // runtime), and one at a time the first would be left calling peers that are not up.
+    for started in futures::future::join_all(starts).await {
+        nodes.push(started?);
     }
     let started = Instant::now();
     while nodes.iter().all(|n| n.core.leader().is_none()) {

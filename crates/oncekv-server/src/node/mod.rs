@@ -227,12 +227,24 @@ impl Node {
         #[cfg(not(feature = "sim"))]
         let gated = true;
         let log_handle = log.clone();
-        let sm = SmStore::open_with(
-            &config.data_dir.join("state"),
+        let state_dir = config.data_dir.join("state");
+        let (settings, disk, observer) = (
             config.settings,
             config.disk.clone(),
             config.observer.clone(),
-        )
+        );
+        // Loading a large snapshot takes seconds of reading and decoding: off the
+        // runtime, so members started together (`oncekv dev`) load side by side. A
+        // simulation keeps it on the runtime, in seed order.
+        let sm = if config.disk.runs_on_runtime() {
+            SmStore::open_with(&state_dir, settings, disk, observer)
+        } else {
+            tokio::task::spawn_blocking(move || {
+                SmStore::open_with(&state_dir, settings, disk, observer)
+            })
+            .await
+            .map_err(|e| StartError::StateMachine(format!("loading the state failed: {e}")))?
+        }
         .map_err(StartError::StateMachine)?
         .with_apply_warning(config.warning_apply_duration)
         .with_save_observer({
