@@ -132,72 +132,23 @@ impl Serialize for SnapshotView<'_> {
     }
 }
 
-/// Owned form, same field order and types, for decoding (see [`relink`] for why its
-/// decoding is written out).
+/// Owned form, same field order and types, for decoding a keyless image; a whole image's
+/// key space and history are decoded element by element instead (see [`stream`]), which
+/// fills in the rest of this.
+#[derive(Deserialize)]
 struct Image {
     settings: Settings,
     applied_index: u64,
     cluster_time: u64,
     revision: i64,
-    kvs: Vec<(Bytes, Value)>,
+    /// Empty in a keyless image; decoded only to keep the encoding's order.
+    _kvs: Vec<(Bytes, Value)>,
     compacted: i64,
-    history: Vec<Change>,
+    /// As `_kvs`.
+    _history: Vec<Change>,
     leases: Vec<(i64, Lease)>,
     sessions: Vec<(u64, Session)>,
     nonces: Vec<(u64, u128)>,
-}
-
-impl<'de> Deserialize<'de> for Image {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Image, D::Error> {
-        const FIELDS: [&str; 10] = [
-            "settings",
-            "applied_index",
-            "cluster_time",
-            "revision",
-            "kvs",
-            "compacted",
-            "history",
-            "leases",
-            "sessions",
-            "nonces",
-        ];
-        deserializer.deserialize_struct("Image", &FIELDS, ImageVisitor)
-    }
-}
-
-struct ImageVisitor;
-
-impl<'de> serde::de::Visitor<'de> for ImageVisitor {
-    type Value = Image;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an oncekv state image")
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Image, A::Error> {
-        use relink::plain;
-        let settings = plain(&mut seq, "settings")?;
-        let applied_index = plain(&mut seq, "applied index")?;
-        let cluster_time = plain(&mut seq, "cluster time")?;
-        let revision = plain(&mut seq, "revision")?;
-        let kvs: relink::Head = plain(&mut seq, "keys")?;
-        let compacted = plain(&mut seq, "compaction point")?;
-        let history = seq
-            .next_element_seed(relink::SharedHistory { head: &kvs })?
-            .ok_or_else(|| serde::de::Error::custom("the image ends before its history"))?;
-        Ok(Image {
-            settings,
-            applied_index,
-            cluster_time,
-            revision,
-            kvs,
-            compacted,
-            history,
-            leases: plain(&mut seq, "leases")?,
-            sessions: plain(&mut seq, "sessions")?,
-            nonces: plain(&mut seq, "nonces")?,
-        })
-    }
 }
 
 impl StateMachine {
@@ -256,32 +207,7 @@ impl StateMachine {
     /// Decodes a [`snapshot`](Self::snapshot). Fails, changing nothing, on bytes that are
     /// not a valid image.
     pub fn restore(bytes: &[u8]) -> Result<StateMachine, SnapshotError> {
-        if bytes.starts_with(MAGIC_KEYLESS) {
-            return Err(SnapshotError::Invalid(
-                "an image without its key space (from a copy): it is read with the copy's etcd key bucket".into(),
-            ));
-        }
-        let (mut image, alarms, (auth, owners)) = if let Some(body) = bytes.strip_prefix(MAGIC) {
-            let (image, rest): (Image, _) = postcard::take_from_bytes(body)?;
-            let (alarms, rest): (Vec<(u64, AlarmKind)>, _) = postcard::take_from_bytes(rest)?;
-            let auth: (AuthStore, Vec<(u64, String)>) = postcard::from_bytes(rest)?;
-            (image, alarms, auth)
-        } else if let Some(body) = bytes.strip_prefix(MAGIC_V4) {
-            let (image, rest): (Image, _) = postcard::take_from_bytes(body)?;
-            let alarms: Vec<(u64, AlarmKind)> = postcard::from_bytes(rest)?;
-            (image, alarms, Default::default())
-        } else if let Some(body) = bytes.strip_prefix(MAGIC_V3) {
-            (postcard::from_bytes(body)?, Vec::new(), Default::default())
-        } else {
-            return Err(SnapshotError::BadMagic);
-        };
-        let kv = KvStore::from_parts(
-            image.revision,
-            std::mem::take(&mut image.kvs),
-            image.compacted,
-            std::mem::take(&mut image.history),
-        );
-        Self::assemble(image, kv, alarms, auth, owners)
+        stream::restore_with_window(bytes, bytes.len())
     }
 
     /// Decodes a [`snapshot_without_keys`](Self::snapshot_without_keys) with `kv` (the

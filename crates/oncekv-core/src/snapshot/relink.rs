@@ -15,47 +15,11 @@
 //! back). The encoding is unchanged: this is only how it is read.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use bytes::Bytes;
-use serde::de::{DeserializeSeed, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
 
 use crate::history::Change;
 use crate::value::Value;
-
-/// Decodes a `Vec<Change>` (as [`crate::history::Changes`] encodes) sharing bytes with
-/// `head`: the image's current keys, sorted by key (the order an image holds them in).
-pub(super) struct SharedHistory<'a> {
-    pub(super) head: &'a [(Bytes, Value)],
-}
-
-impl<'de> DeserializeSeed<'de> for SharedHistory<'_> {
-    type Value = Vec<Change>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Vec<Change>, D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for SharedHistory<'_> {
-    type Value = Vec<Change>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a sequence of changes")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Change>, A::Error> {
-        // A length hint comes from the encoding itself, so it is trusted only as far as
-        // a reasonable first allocation.
-        let mut changes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
-        let mut linker = Linker::new(self.head);
-        while let Some(change) = seq.next_element::<Change>()? {
-            changes.push(linker.link(change));
-        }
-        Ok(changes)
-    }
-}
 
 /// What the changes decoded so far hold, per key.
 pub(super) struct Linker<'a> {
@@ -109,19 +73,6 @@ fn share(bytes: &mut Bytes, held: &Bytes) {
     if bytes.as_ptr() != held.as_ptr() && bytes == held {
         *bytes = held.clone();
     }
-}
-
-/// The image's current keys decoded as a `Vec<(Bytes, Value)>` (the type is named so
-/// that the image's visitor can ask for it).
-pub(super) type Head = Vec<(Bytes, Value)>;
-
-/// Decodes `T` with serde's ordinary rules (a helper for the image's visitor).
-pub(super) fn plain<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
-    seq: &mut A,
-    field: &'static str,
-) -> Result<T, A::Error> {
-    seq.next_element()?
-        .ok_or_else(|| serde::de::Error::custom(format!("the image ends before its {field}")))
 }
 
 #[cfg(test)]

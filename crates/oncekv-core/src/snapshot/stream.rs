@@ -8,8 +8,8 @@
 //! change linked to what it shares (see [`super::relink`]) and pushed straight into the
 //! history's chunks, so the largest transient is the window and the list of current keys.
 //!
-//! Only the current format is streamed; older images are read whole and handed to
-//! [`StateMachine::restore`], as are keyless ones (which it refuses).
+//! This is the one decoder of a whole image: [`StateMachine::restore`] reads its bytes
+//! through it too. Keyless images are refused here, as restore always refused them.
 
 use std::io::Read;
 
@@ -17,7 +17,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
 use super::relink::Linker;
-use super::{Image, MAGIC, SnapshotError};
+use super::{Image, MAGIC, MAGIC_KEYLESS, MAGIC_V3, MAGIC_V4, SnapshotError};
 use crate::history::{Change, History};
 use crate::kv::{KvStore, Value};
 use crate::state_machine::StateMachine;
@@ -38,12 +38,18 @@ pub(super) fn restore_with_window(
     window: usize,
 ) -> Result<StateMachine, SnapshotError> {
     let mut w = Window::new(reader, window);
-    let magic = w.bytes(MAGIC.len())?;
-    if magic != MAGIC.as_slice() {
-        let mut whole = magic;
-        whole.extend(w.rest()?);
-        return StateMachine::restore(&whole);
-    }
+    // Version 3 is the image alone, 4 adds the alarms, 5 the auth store and owners.
+    let version = match w.bytes(MAGIC.len()) {
+        Ok(m) if m == MAGIC.as_slice() => 5,
+        Ok(m) if m == MAGIC_V4.as_slice() => 4,
+        Ok(m) if m == MAGIC_V3.as_slice() => 3,
+        Ok(m) if m == MAGIC_KEYLESS.as_slice() => {
+            return Err(SnapshotError::Invalid(
+                "an image without its key space (from a copy): it is read with the copy's etcd key bucket".into(),
+            ));
+        }
+        _ => return Err(SnapshotError::BadMagic),
+    };
     let settings = w.take()?;
     let applied_index = w.take()?;
     let cluster_time = w.take()?;
@@ -67,15 +73,19 @@ pub(super) fn restore_with_window(
         applied_index,
         cluster_time,
         revision,
-        kvs: Vec::new(),
+        _kvs: Vec::new(),
         compacted,
-        history: Vec::new(),
+        _history: Vec::new(),
         leases: w.take()?,
         sessions: w.take()?,
         nonces: w.take()?,
     };
-    let alarms = w.take()?;
-    let (auth, owners) = w.take()?;
+    let alarms = if version >= 4 { w.take()? } else { Vec::new() };
+    let (auth, owners) = if version >= 5 {
+        w.take()?
+    } else {
+        Default::default()
+    };
     let kv = KvStore::from_head_and_history(revision, kvs, history);
     StateMachine::assemble(image, kv, alarms, auth, owners)
 }
@@ -128,15 +138,6 @@ impl<R: Read> Window<R> {
         let bytes = self.buf[self.at..self.at + n].to_vec();
         self.at += n;
         Ok(bytes)
-    }
-
-    /// Everything not yet decoded.
-    fn rest(mut self) -> Result<Vec<u8>, SnapshotError> {
-        let mut rest = self.buf.split_off(self.at);
-        self.reader
-            .read_to_end(&mut rest)
-            .map_err(|e| SnapshotError::Invalid(format!("reading the image: {e}")))?;
-        Ok(rest)
     }
 
     /// Moves what is left to the front and reads until the window is full or the
