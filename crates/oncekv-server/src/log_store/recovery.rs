@@ -96,9 +96,13 @@ pub(super) fn recover<C: RaftTypeConfig>(
     for (i, &id) in ids.iter().enumerate() {
         let newest = i + 1 == ids.len();
         let path = dir.join(segment_file_name(id));
-        let buf = disk
-            .read(&path)
-            .map_err(|e| LogError::io("read", &path, e))?;
+        let buf = match disk.read(&path) {
+            Ok(buf) => buf,
+            // Listed, then gone: only a purge deletes segments (off the writer's thread,
+            // so one may still be finishing), and a purged segment holds nothing needed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(LogError::io("read", &path, e)),
+        };
         let header = match FileHeader::decode(&buf) {
             Ok(h) if h.segment == id => h,
             Ok(h) => {
