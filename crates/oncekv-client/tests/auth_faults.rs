@@ -12,10 +12,8 @@ use std::time::Duration;
 use common::{LEADER_WAIT, Proxy, TestCluster};
 use oncekv_client::{Client, ClientConfig, Credentials};
 use oncekv_proto::etcdserverpb::auth_client::AuthClient;
-use oncekv_proto::etcdserverpb::{
-    AuthEnableRequest, AuthRoleAddRequest, AuthRoleGrantPermissionRequest,
-};
-use oncekv_testkit::auth::{add_user_with_role, as_user};
+use oncekv_proto::etcdserverpb::{AuthEnableRequest, AuthRoleAddRequest};
+use oncekv_testkit::auth::{add_readwrite_role, add_user_with_role, as_user};
 
 const PUTS: usize = 100;
 
@@ -27,19 +25,9 @@ async fn tracked_writes_with_credentials_apply_once_through_lost_replies() {
     add_user_with_role(&mut auth, "root", "rootpw", "root")
         .await
         .unwrap();
-    auth.role_add(AuthRoleAddRequest { name: "app".into() })
+    add_readwrite_role(&mut auth, "app", "app/", "app0")
         .await
         .unwrap();
-    auth.role_grant_permission(AuthRoleGrantPermissionRequest {
-        name: "app".into(),
-        perm: Some(oncekv_proto::authpb::Permission {
-            perm_type: oncekv_proto::authpb::permission::Type::Readwrite as i32,
-            key: "app/".as_bytes().to_vec().into(),
-            range_end: "app0".as_bytes().to_vec().into(),
-        }),
-    })
-    .await
-    .unwrap();
     add_user_with_role(&mut auth, "app", "apppw", "app")
         .await
         .unwrap();

@@ -69,6 +69,28 @@ pub enum Command {
     },
     /// A change to the auth store (etcd's Auth service), answered [`Response::Auth`].
     Auth(crate::auth::AuthCommand),
+    /// A client's [`Tracked`](Command::Tracked) or [`Untracked`](Command::Untracked)
+    /// write, permitted by the auth store at `auth_revision` (a server wraps every write
+    /// it checked while auth was on). Applied only while auth is off or the store is still
+    /// at that revision; otherwise answered [`OpError::AuthOldRevision`], as etcd checks a
+    /// write's permission again at apply: a member may have permitted it on state older
+    /// than a revoke the leader had applied. A tracked write's refusal is saved like any
+    /// answer, so a retry of its seq gets it again.
+    Authorized {
+        auth_revision: u64,
+        command: Box<Command>,
+    },
+}
+
+impl Command {
+    /// The tracked command this is, or carries.
+    pub fn tracked(&self) -> Option<&Tracked> {
+        match self {
+            Command::Tracked(t) => Some(t),
+            Command::Authorized { command, .. } => command.tracked(),
+            _ => None,
+        }
+    }
 }
 
 /// etcd's alarm types.
@@ -501,12 +523,16 @@ pub enum OpError {
     NoSpace,
     #[error("etcdserver: corrupt cluster")]
     Corrupt,
+    /// The auth store changed between a write's permission check and its apply
+    /// ([`Command::Authorized`]); etcd's clients take a new token and send it again.
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
 }
 
 impl OpError {
     /// Every error, in declaration order (`ALL[e as usize] == e`): a saved response packs
     /// an error into a byte and reads it back from here (`session/saved.rs`).
-    pub const ALL: [OpError; 13] = [
+    pub const ALL: [OpError; 14] = [
         OpError::LeaseNotFound,
         OpError::LeaseAlreadyExists,
         OpError::LeaseTtlTooLarge,
@@ -520,6 +546,7 @@ impl OpError {
         OpError::EmptyKey,
         OpError::NoSpace,
         OpError::Corrupt,
+        OpError::AuthOldRevision,
     ];
 }
 

@@ -227,6 +227,21 @@ impl StateMachine {
                     reply
                 }
             })),
+            Command::Authorized {
+                auth_revision,
+                command,
+            } => {
+                let stale = self.auth.enabled() && self.auth.revision() != *auth_revision;
+                match (&**command, stale) {
+                    (Command::Tracked(t), true) => {
+                        self.apply_tracked_or_refuse(index, t, Some(OpError::AuthOldRevision))
+                    }
+                    (Command::Untracked(_), true) => {
+                        Response::Op(Ok(self.refused(OpError::AuthOldRevision)))
+                    }
+                    (inner, _) => self.apply_command(index, pos, inner),
+                }
+            }
             Command::Alarm {
                 activate,
                 member,
@@ -316,11 +331,26 @@ impl StateMachine {
     /// The exactly-once rules (`shared/DESIGN.md` section 2): 1–6 in the session table,
     /// 7 here. The admitted session stays borrowed while the op runs, so its reply is saved
     /// without looking the session up again.
-    #[inline(never)]
+    #[inline(always)]
     fn apply_tracked(&mut self, index: u64, t: &Tracked) -> Response {
+        self.apply_tracked_or_refuse(index, t, None)
+    }
+
+    /// [`apply_tracked`](Self::apply_tracked), answering `refusal` (if any) instead of
+    /// running the op, should the session admit it: a refusal is an answer, saved for
+    /// the seq like any other.
+    #[inline(never)]
+    fn apply_tracked_or_refuse(
+        &mut self,
+        index: u64,
+        t: &Tracked,
+        refusal: Option<OpError>,
+    ) -> Response {
         // What a raised alarm answers instead of running the op (nearly always `None`),
         // decided before the store is borrowed for the op.
-        let refused = self.alarm_refusal(&t.op).map(|e| self.refused(e));
+        let refused = refusal
+            .or_else(|| self.alarm_refusal(&t.op))
+            .map(|e| self.refused(e));
         let dedup_broken = self.dedup_broken();
         // A put's search of the store comes before the session check (see `Ready`), so the
         // session's cache miss and the store's overlap instead of adding up (the figures

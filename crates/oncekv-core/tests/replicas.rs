@@ -390,7 +390,7 @@ impl Model {
             // The workload raises no alarms.
             Command::Alarm { .. } => assert_eq!(got, &Response::Done),
             // Nor does it use auth.
-            Command::RegisterOwned { .. } | Command::Auth(_) => {
+            Command::RegisterOwned { .. } | Command::Auth(_) | Command::Authorized { .. } => {
                 panic!("the workload does not use auth: {command:?}")
             }
         }

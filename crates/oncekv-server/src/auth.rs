@@ -25,7 +25,7 @@ use oncekv_proto::SessionMeta;
 use sha2::Sha256;
 
 use crate::error::ApiError;
-use crate::request_path::NodeCore;
+use crate::request_path::{NodeCore, Permit};
 use crate::tls::CertIdentity;
 
 /// The request metadata etcd's clients carry their token in.
@@ -310,14 +310,25 @@ impl NodeCore {
         caller: &Caller,
         needs: &[Need<'_>],
     ) -> Result<Option<String>, ApiError> {
+        Ok(self.authorize_at(caller, needs).await?.0)
+    }
+
+    /// [`authorize`](Self::authorize), with the permit the check grants a write.
+    async fn authorize_at(
+        &self,
+        caller: &Caller,
+        needs: &[Need<'_>],
+    ) -> Result<(Option<String>, Permit), ApiError> {
         let Some(user) = self.caller_user(caller).await? else {
-            return Ok(None);
+            return Ok((None, Permit::UNCHECKED));
         };
         let inner = self.applied().read();
-        if inner.sm.auth().enabled() {
-            permitted(inner.sm.auth(), &user, needs)?;
+        let store = inner.sm.auth();
+        if !store.enabled() {
+            return Ok((Some(user), Permit::UNCHECKED));
         }
-        Ok(Some(user))
+        permitted(store, &user, needs)?;
+        Ok((Some(user), Permit::at(store.revision())))
     }
 
     /// [`authorize`](Self::authorize) for `op`: see
@@ -327,37 +338,38 @@ impl NodeCore {
         caller: &Caller,
         op: &Op,
         meta: Option<&SessionMeta>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Permit, ApiError> {
         if !self.applied().auth_enabled() {
-            return Ok(());
+            return Ok(Permit::UNCHECKED);
         }
         self.authorize_tracked(caller, &op_needs(op), meta).await
     }
 
-    /// [`authorize`](Self::authorize), and, for a tracked request, that the session is
-    /// the caller's: a session registered by one user is refused to another before
-    /// anything looks for its saved replies.
+    /// [`authorize`](Self::authorize) for a write, and, for a tracked request, that the
+    /// session is the caller's: a session registered by one user is refused to another
+    /// before anything looks for its saved replies. The permit goes with the write, which
+    /// applying it checks again (see [`Permit`]).
     pub async fn authorize_tracked(
         &self,
         caller: &Caller,
         needs: &[Need<'_>],
         meta: Option<&SessionMeta>,
-    ) -> Result<(), ApiError> {
-        let user = match self.authorize(caller, needs).await {
+    ) -> Result<Permit, ApiError> {
+        let (user, permit) = match self.authorize_at(caller, needs).await {
             // This member's state may not hold yet an auth change the leader applied
             // before the request was sent (`auth disable`, a grant). etcd checks a write
             // on state as new as the write, so a refusal here is checked once more after
             // this member has caught up with the leader.
             Err(ApiError::Auth(_)) => {
                 self.read_index().await?;
-                self.authorize(caller, needs).await?
+                self.authorize_at(caller, needs).await?
             }
             checked => checked?,
         };
         if let (Some(user), Some(meta)) = (user, meta) {
             self.check_session_owner(&user, meta.client_id)?;
         }
-        Ok(())
+        Ok(permit)
     }
 
     /// Refuses `user` a session it does not own (with auth on). An unknown session

@@ -148,6 +148,7 @@ fn op_detail(e: &OpError) -> ErrorDetail {
         OpError::EmptyKey => ErrorDetail::EmptyKey,
         OpError::NoSpace => ErrorDetail::NoSpace,
         OpError::Corrupt => ErrorDetail::Corrupt,
+        OpError::AuthOldRevision => ErrorDetail::Auth,
     }
 }
 
@@ -164,7 +165,8 @@ fn op_code(e: &OpError) -> Code {
         | OpError::ValueProvided
         | OpError::DuplicateKey
         | OpError::TooManyOps
-        | OpError::EmptyKey => Code::InvalidArgument,
+        | OpError::EmptyKey
+        | OpError::AuthOldRevision => Code::InvalidArgument,
         OpError::NoSpace => Code::ResourceExhausted,
         OpError::Corrupt => Code::DataLoss,
     }

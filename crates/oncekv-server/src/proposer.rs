@@ -144,6 +144,7 @@ pub(crate) fn approx_size(c: &Command) -> usize {
     match c {
         Command::Tracked(t) => op_size(&t.op) + 48,
         Command::Untracked(op) => op_size(op),
+        Command::Authorized { command, .. } => approx_size(command) + 8,
         _ => 32,
     }
 }

@@ -1,9 +1,11 @@
 //! Setting up etcd auth for a test: users with a role, as `etcdctl user add` and
 //! `user grant-role` would.
 
+use oncekv_proto::authpb::{Permission, permission};
 use oncekv_proto::etcdserverpb::auth_client::AuthClient;
 use oncekv_proto::etcdserverpb::{
-    AuthUserAddRequest, AuthUserGrantRoleRequest, AuthenticateRequest,
+    AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthUserAddRequest,
+    AuthUserGrantRoleRequest, AuthenticateRequest,
 };
 use tonic::transport::Channel;
 
@@ -24,6 +26,28 @@ pub async fn add_user_with_role(
     auth.user_grant_role(AuthUserGrantRoleRequest {
         user: name.into(),
         role: role.into(),
+    })
+    .await?;
+    Ok(())
+}
+
+/// Adds role `name` with read-write permission on `[key, range_end)` (`range_end` empty:
+/// the key alone), as `etcdctl role add` and `role grant-permission` would.
+pub async fn add_readwrite_role(
+    auth: &mut AuthClient<Channel>,
+    name: &str,
+    key: &str,
+    range_end: &str,
+) -> Result<(), tonic::Status> {
+    auth.role_add(AuthRoleAddRequest { name: name.into() })
+        .await?;
+    auth.role_grant_permission(AuthRoleGrantPermissionRequest {
+        name: name.into(),
+        perm: Some(Permission {
+            perm_type: permission::Type::Readwrite as i32,
+            key: key.as_bytes().to_vec().into(),
+            range_end: range_end.as_bytes().to_vec().into(),
+        }),
     })
     .await?;
     Ok(())

@@ -101,14 +101,14 @@ impl Election for ElectionService {
         let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        authorize_queue(&self.node, &caller, &r.name, meta.as_ref(), true).await?;
+        let permit = authorize_queue(&self.node, &caller, &r.name, meta.as_ref(), true).await?;
         let req = EnqueueRequest {
             name: r.name.clone(),
             lease: r.lease,
             value: r.value,
             proclaim: true,
         };
-        let (queued, revision) = queue::enqueue_and_wait(&self.node, req, meta, |q| {
+        let (queued, revision) = queue::enqueue_and_wait(&self.node, req, (meta, permit), |q| {
             resign_op(&q.key, q.create_revision)
         })
         .await?;
@@ -139,8 +139,9 @@ impl Election for ElectionService {
             ..PutRequest::default()
         });
         let op = Op::Txn(guarded(&leader.key, leader.rev, put));
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let done: Answered<oncekv_core::TxnResponse> = self.node.execute_as(op, meta).await?;
+        let permit = self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let done: Answered<oncekv_core::TxnResponse> =
+            self.node.execute_as(op, meta, permit).await?;
         if !done.answer.succeeded {
             return Err(Status::unknown(NOT_LEADER));
         }
@@ -156,7 +157,7 @@ impl Election for ElectionService {
         let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        authorize_queue(&self.node, &caller, &r.name, None, false).await?;
+        let _read_only = authorize_queue(&self.node, &caller, &r.name, None, false).await?;
         let (revision, resp) = self.node.range(&first_candidate(&r.name), false).await?;
         match resp.kvs.into_iter().next() {
             Some(kv) => Ok(Response::new(pb::LeaderResponse {
@@ -174,7 +175,7 @@ impl Election for ElectionService {
         let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        authorize_queue(&self.node, &caller, &r.name, None, false).await?;
+        let _read_only = authorize_queue(&self.node, &caller, &r.name, None, false).await?;
         // Linearizable start, as etcd's first Get; the following is from history.
         let (revision, resp) = self.node.range(&first_candidate(&r.name), false).await?;
         let (tx, rx) = mpsc::channel(OBSERVE_BUFFER);
@@ -204,9 +205,10 @@ impl Election for ElectionService {
         self.node.check_size(&r)?;
         let leader = leader_key(r.leader)?;
         let op = resign_op(&leader.key, leader.rev);
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let permit = self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
         // Not leading (any more) is no error: etcd answers the header either way.
-        let done: Answered<oncekv_core::TxnResponse> = self.node.execute_as(op, meta).await?;
+        let done: Answered<oncekv_core::TxnResponse> =
+            self.node.execute_as(op, meta, permit).await?;
         Ok(Response::new(pb::ResignResponse {
             header: self.node.header(done.revision),
         }))

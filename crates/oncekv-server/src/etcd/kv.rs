@@ -53,8 +53,8 @@ impl Kv for KvService {
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let op = Op::Put(convert::put_request(r));
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let done: Answered<core::PutResponse> = self.node.execute_as(op, meta).await?;
+        let permit = self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let done: Answered<core::PutResponse> = self.node.execute_as(op, meta, permit).await?;
         Ok(Response::new(convert::put_response(
             done.answer,
             self.node.header(done.revision),
@@ -70,8 +70,9 @@ impl Kv for KvService {
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let op = Op::DeleteRange(convert::delete_request(r));
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let done: Answered<core::DeleteRangeResponse> = self.node.execute_as(op, meta).await?;
+        let permit = self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let done: Answered<core::DeleteRangeResponse> =
+            self.node.execute_as(op, meta, permit).await?;
         Ok(Response::new(convert::delete_response(
             done.answer,
             self.node.header(done.revision),
@@ -89,8 +90,8 @@ impl Kv for KvService {
         let txn = convert::txn_request(r)?;
         validate_txn(&txn, self.node.config().max_txn_ops).map_err(ApiError::from)?;
         let op = Op::Txn(txn);
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let done: Answered<core::TxnResponse> = self.node.execute_as(op, meta).await?;
+        let permit = self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let done: Answered<core::TxnResponse> = self.node.execute_as(op, meta, permit).await?;
         Ok(Response::new(convert::txn_response(
             done.answer,
             self.node.header(done.revision),
@@ -113,8 +114,8 @@ impl Kv for KvService {
         let op = Op::Compact {
             revision: r.revision,
         };
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let done: Answered<Compacted> = self.node.execute_as(op, meta).await?;
+        let permit = self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let done: Answered<Compacted> = self.node.execute_as(op, meta, permit).await?;
         Ok(Response::new(pb::CompactionResponse {
             header: self.node.header(done.revision),
         }))

@@ -21,7 +21,7 @@ use crate::auth::{Caller, Need};
 use crate::error::ApiError;
 use crate::pb::v3lockpb as pb;
 use crate::pb::v3lockpb::lock_server::Lock;
-use crate::request_path::{Answered, NodeCore};
+use crate::request_path::{Answered, NodeCore, Permit};
 
 #[derive(Debug, Clone)]
 pub struct LockService {
@@ -43,9 +43,9 @@ pub(super) async fn authorize_queue(
     name: &Bytes,
     meta: Option<&SessionMeta>,
     write: bool,
-) -> Result<(), Status> {
+) -> Result<Permit, Status> {
     if !node.applied().auth_enabled() {
-        return Ok(());
+        return Ok(Permit::UNCHECKED);
     }
     let (start, end) = crate::auth::queue_range(name);
     let mut needs = vec![Need::Read(&start, &end)];
@@ -65,15 +65,17 @@ impl Lock for LockService {
         let caller = Caller::of(&request);
         let r = request.into_inner();
         self.node.check_size(&r)?;
-        authorize_queue(&self.node, &caller, &r.name, meta.as_ref(), true).await?;
+        let permit = authorize_queue(&self.node, &caller, &r.name, meta.as_ref(), true).await?;
         let req = EnqueueRequest {
             name: r.name,
             lease: r.lease,
             value: Bytes::new(),
             proclaim: false,
         };
-        let (queued, revision) =
-            queue::enqueue_and_wait(&self.node, req, meta, |q| delete_key(q.key.clone())).await?;
+        let (queued, revision) = queue::enqueue_and_wait(&self.node, req, (meta, permit), |q| {
+            delete_key(q.key.clone())
+        })
+        .await?;
         Ok(Response::new(pb::LockResponse {
             header: self.node.header(revision),
             key: queued.key,
@@ -89,8 +91,8 @@ impl Lock for LockService {
         let r = request.into_inner();
         self.node.check_size(&r)?;
         let op = delete_key(r.key);
-        self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
-        let deleted: Answered<DeleteRangeResponse> = self.node.execute_as(op, meta).await?;
+        let permit = self.node.authorize_op(&caller, &op, meta.as_ref()).await?;
+        let deleted: Answered<DeleteRangeResponse> = self.node.execute_as(op, meta, permit).await?;
         Ok(Response::new(pb::UnlockResponse {
             header: self.node.header(deleted.revision),
         }))

@@ -14,7 +14,7 @@ use oncekv_core::{EnqueueRequest, Enqueued, KeyRange, Op, RangeRequest, SortOrde
 use oncekv_proto::SessionMeta;
 use tonic::Status;
 
-use crate::request_path::{Answered, NodeCore};
+use crate::request_path::{Answered, NodeCore, Permit};
 
 /// etcd's `concurrency.ErrSessionExpired`: the waiter's key went (its lease expired or was
 /// revoked, or someone deleted it) before its turn came.
@@ -107,12 +107,12 @@ pub async fn wait_for_turn(
 pub async fn enqueue_and_wait(
     node: &Arc<NodeCore>,
     req: EnqueueRequest,
-    meta: Option<SessionMeta>,
+    (meta, permit): (Option<SessionMeta>, Permit),
     leave: impl FnOnce(&Enqueued) -> Op,
 ) -> Result<(Enqueued, i64), Status> {
     let tracked = meta.is_some();
     let name = req.name.clone();
-    let enqueued: Answered<Enqueued> = node.execute_as(Op::Enqueue(req), meta).await?;
+    let enqueued: Answered<Enqueued> = node.execute_as(Op::Enqueue(req), meta, permit).await?;
     let queued = enqueued.answer;
     let guard = LeaveOnDrop::new(node.clone(), (!tracked).then(|| leave(&queued)));
     let owned_at = wait_for_turn(
@@ -167,7 +167,8 @@ impl Drop for LeaveOnDrop {
         };
         let node = self.node.clone();
         runtime.spawn(async move {
-            if let Err(e) = node.execute(op, None).await {
+            // The member's own clean-up of a call it answered: nothing to check again.
+            if let Err(e) = node.execute(op, None, Permit::UNCHECKED).await {
                 tracing::debug!("leaving the queue of an abandoned call failed: {e}");
             }
         });

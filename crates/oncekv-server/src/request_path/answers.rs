@@ -16,7 +16,7 @@ use oncekv_core::{
 };
 use oncekv_proto::SessionMeta;
 
-use super::NodeCore;
+use super::{NodeCore, Permit};
 use crate::error::ApiError;
 
 /// An op's answer with the store revision right after it was applied.
@@ -131,8 +131,9 @@ impl NodeCore {
         self: &Arc<Self>,
         op: Op,
         meta: Option<SessionMeta>,
+        permit: Permit,
     ) -> Result<Answered<T>, ApiError> {
-        let reply = self.execute(op, meta).await?;
+        let reply = self.execute(op, meta, permit).await?;
         Ok(Answered {
             revision: reply.revision,
             answer: answer(reply.result)?,

@@ -50,6 +50,7 @@ pub use answers::{
 };
 
 use reads::{election_wait, read_batchers, settled_leader};
+pub use writes::Permit;
 use writes::RequestKey;
 
 /// What every request handler of one node shares, and the path their requests take.

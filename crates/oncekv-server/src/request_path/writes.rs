@@ -72,11 +72,12 @@ impl NodeCore {
     }
 
     /// Proposes `op`, tracked under the session in `meta` if there is one (exactly once),
-    /// untracked otherwise (etcd behaviour).
+    /// untracked otherwise (etcd behaviour), to be applied only under `permit`.
     pub async fn execute(
         self: &Arc<Self>,
         op: Op,
         meta: Option<SessionMeta>,
+        permit: Permit,
     ) -> Result<OpReply, ApiError> {
         #[cfg(feature = "sim")]
         if let Some(delay) = self.peers.duplicate(MessageKind::ClientWrite) {
@@ -84,13 +85,18 @@ impl NodeCore {
             let (node, op) = (self.clone(), op.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
-                let _ = node.execute_once(op, meta).await;
+                let _ = node.execute_once(op, meta, permit).await;
             });
         }
-        self.execute_once(op, meta).await
+        self.execute_once(op, meta, permit).await
     }
 
-    async fn execute_once(&self, op: Op, meta: Option<SessionMeta>) -> Result<OpReply, ApiError> {
+    async fn execute_once(
+        &self,
+        op: Op,
+        meta: Option<SessionMeta>,
+        permit: Permit,
+    ) -> Result<OpReply, ApiError> {
         self.check_quota(&op).await?;
         let response = match meta {
             Some(m) => {
@@ -103,9 +109,9 @@ impl NodeCore {
                     fingerprint: key.2,
                     op,
                 });
-                self.propose_tracked(key, command).await?
+                self.propose_tracked(key, permit.wrap(command)).await?
             }
-            None => self.propose(Command::Untracked(op)).await?,
+            None => self.propose(permit.wrap(Command::Untracked(op))).await?,
         };
         match response {
             Response::Op(Ok(reply)) => Ok(reply),
@@ -240,10 +246,9 @@ impl NodeCore {
         let (mut joined, mut proposing, mut batch, mut markers) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, command) in commands.into_iter().enumerate() {
-            let key = match &command {
-                Command::Tracked(t) => Some((t.client_id, t.seq, t.fingerprint)),
-                _ => None,
-            };
+            let key = command
+                .tracked()
+                .map(|t| (t.client_id, t.seq, t.fingerprint));
             if let Some(key) = key {
                 match self.join_or_claim(key) {
                     InFlight::Joined(waiter) => {
@@ -280,5 +285,41 @@ impl NodeCore {
                 })
             })
             .collect()
+    }
+}
+
+/// The auth revision at which a client's write was permitted ([`crate::auth`]). It goes
+/// into the log with the write (`Command::Authorized`), and applying the write refuses it
+/// if the auth store has changed since: the member that checked may have done so on state
+/// older than a revoke the leader had already applied, and etcd checks at apply too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Permit {
+    auth_revision: Option<u64>,
+}
+
+impl Permit {
+    /// No check to repeat at apply: auth was off when the write was checked, or the
+    /// write is one this member makes itself.
+    pub const UNCHECKED: Permit = Permit {
+        auth_revision: None,
+    };
+
+    /// Permitted by the auth store at `auth_revision`.
+    pub(crate) fn at(auth_revision: u64) -> Permit {
+        Permit {
+            auth_revision: Some(auth_revision),
+        }
+    }
+
+    /// `command`, to be applied only while the store is at this permit's revision.
+    fn wrap(self, command: Command) -> Command {
+        match self.auth_revision {
+            Some(auth_revision) => Command::Authorized {
+                auth_revision,
+                command: Box::new(command),
+            },
+            None => command,
+        }
     }
 }
