@@ -20,10 +20,18 @@
 //!   right while no clock runs more than 20 % faster or slower than another over an
 //!   election timeout (the fraction's margin). NTP steps do not matter (monotonic
 //!   clocks); a VM whose clock stalls while others run can break it, as any lease.
-//! - A leader serving under its lease answers at its *last* log index, which covers
-//!   everything committed by then (it may include entries not yet committed, which only
-//!   makes the read wait until they are applied). A read never uses a lease of an earlier
-//!   term.
+//! - A leader serving under its lease needs a read index that covers every write
+//!   acknowledged before the read came (a write is acknowledged once committed):
+//!   - with nothing in flight (its published metrics show every entry of its log
+//!     applied), its last log index, at once;
+//!   - with writes in flight, its committed index, asked of raft's core after the read
+//!     came (not of the metrics, which trail it; a follower applies an entry only after
+//!     the leader's core counted it committed), and at least the read index of the round
+//!     that granted the lease (`floor`), which is at least the first entry of this
+//!     leader's term, so everything an earlier leader acknowledged is in. The read then
+//!     does not wait for the writes in flight, only for the committed ones to apply.
+//!
+//!   A read never uses a lease of an earlier term.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -48,6 +56,8 @@ pub(crate) struct ReadLease {
 struct Held {
     term: u64,
     until: Instant,
+    /// The largest read index a round of `term` confirmed.
+    floor: u64,
 }
 
 impl ReadLease {
@@ -62,24 +72,33 @@ impl ReadLease {
         }
     }
 
-    /// A quorum confirmed this member as leader of `term` in a round that started at
-    /// `round_started`.
-    pub(crate) fn confirmed(&self, term: u64, round_started: Instant) {
+    /// A quorum confirmed this member as leader of `term`, at read index `index`, in a
+    /// round that started at `round_started`.
+    pub(crate) fn confirmed(&self, term: u64, round_started: Instant, index: u64) {
         let until = round_started + self.duration;
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        match *held {
-            Some(h) if h.term == term && h.until >= until => {}
-            _ => *held = Some(Held { term, until }),
-        }
+        *held = Some(match *held {
+            Some(h) if h.term == term => Held {
+                term,
+                until: h.until.max(until),
+                floor: h.floor.max(index),
+            },
+            _ => Held {
+                term,
+                until,
+                floor: index,
+            },
+        });
     }
 
-    /// How long the lease of `term` still runs at `now` (`None`: there is none).
-    pub(crate) fn remaining(&self, term: u64, now: Instant) -> Option<Duration> {
+    /// The lease of `term` at `now`, if one runs: how long it still runs, and the read
+    /// index its rounds confirmed (the floor of a read under it).
+    pub(crate) fn current(&self, term: u64, now: Instant) -> Option<(Duration, u64)> {
         let held = (*self.held.lock().unwrap_or_else(PoisonError::into_inner))?;
         // A broken build (`lease-clock`) forgets the clock bound: once held, held.
         let clock_ignored = oncekv_core::broken::is(oncekv_core::broken::Break::LeaseClock);
         (held.term == term && (now < held.until || clock_ignored))
-            .then(|| held.until.saturating_duration_since(now))
+            .then(|| (held.until.saturating_duration_since(now), held.floor))
     }
 
     /// Whether a lease with `remaining` left should be renewed now (half of it is gone),
@@ -113,28 +132,22 @@ mod tests {
     fn a_lease_runs_from_the_round_start_for_its_term_only() {
         let lease = ReadLease::new(Duration::from_millis(1000));
         let t0 = Instant::now();
-        assert_eq!(lease.remaining(3, t0), None, "no round yet");
-        lease.confirmed(3, t0);
-        assert_eq!(
-            lease.remaining(3, t0 + Duration::from_millis(300)),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(lease.remaining(4, t0), None, "another term");
-        assert_eq!(lease.remaining(3, t0 + Duration::from_millis(800)), None);
-        // An older round answered late does not shorten it.
-        lease.confirmed(3, t0 - Duration::from_millis(500));
-        assert!(
-            lease
-                .remaining(3, t0 + Duration::from_millis(700))
-                .is_some()
-        );
-        // A round of a new term replaces it.
-        lease.confirmed(5, t0 + Duration::from_millis(100));
-        assert_eq!(lease.remaining(3, t0 + Duration::from_millis(200)), None);
-        assert_eq!(
-            lease.remaining(5, t0 + Duration::from_millis(200)),
-            Some(Duration::from_millis(700))
-        );
+        let ms = Duration::from_millis;
+        assert_eq!(lease.current(3, t0), None, "no round yet");
+        lease.confirmed(3, t0, 10);
+        assert_eq!(lease.current(3, t0 + ms(300)), Some((ms(500), 10)));
+        assert_eq!(lease.current(4, t0), None, "another term");
+        assert_eq!(lease.current(3, t0 + ms(800)), None);
+        // An older round answered late does not shorten it, nor lower its floor.
+        lease.confirmed(3, t0 - ms(500), 7);
+        assert_eq!(lease.current(3, t0 + ms(700)), Some((ms(100), 10)));
+        // A later round of the term lengthens it and raises the floor.
+        lease.confirmed(3, t0 + ms(100), 12);
+        assert_eq!(lease.current(3, t0 + ms(700)), Some((ms(200), 12)));
+        // A round of a new term replaces it, floor and all.
+        lease.confirmed(5, t0 + ms(100), 11);
+        assert_eq!(lease.current(3, t0 + ms(200)), None);
+        assert_eq!(lease.current(5, t0 + ms(200)), Some((ms(700), 11)));
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub use answers::{
     Answer, Answered, Compacted, LeaseGranted, LeaseKept, LeaseRevoked, Registered, answer,
 };
 
-use reads::{election_wait, read_batchers, settled_leader};
+use reads::{committed_batcher, election_wait, read_batchers, settled_leader};
 pub use writes::Permit;
 use writes::RequestKey;
 
@@ -108,6 +108,8 @@ pub struct NodeCore {
     /// With `--leader-lease-reads`: while a recent confirmation's lease runs, the leader
     /// answers reads without another round.
     lease: Option<Arc<ReadLease>>,
+    /// Under the lease: the committed index, asked of raft's core.
+    committed: Arc<ReadBatcher>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -163,6 +165,7 @@ impl NodeCore {
             reads,
             leader_reads,
             lease,
+            committed: committed_batcher(&raft),
             id: identity.member_id,
             cluster_id: identity.cluster_id,
             config,

@@ -33,10 +33,11 @@ async fn leader_read_index(
         Err(_) => Err(ProposeError::Timeout),
         Ok(Ok((read, _applied))) => {
             metrics.read_round();
+            let index = read.map_or(0, |l| l.index);
             if let Some(lease) = lease {
-                lease.confirmed(term, started);
+                lease.confirmed(term, started, index);
             }
-            Ok(read.map_or(0, |l| l.index))
+            Ok(index)
         }
         Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
             Err(ProposeError::NotLeader {
@@ -77,6 +78,21 @@ pub(super) async fn leader_other_than(
         Ok(Ok(m)) => m.current_leader,
         _ => None,
     }
+}
+
+/// The index raft's core counts committed, asked of the core itself: the read index of
+/// a read under the leader lease (see [`crate::read_lease`]). Shared, as a round is, by
+/// the reads that arrive while one ask is out.
+pub(super) fn committed_batcher(raft: &Raft) -> Arc<ReadBatcher> {
+    let raft = raft.clone();
+    ReadBatcher::new(Arc::new(move || {
+        let raft = raft.clone();
+        Box::pin(async move {
+            raft.with_raft_state(|state| state.committed.map_or(0, |l| l.index))
+                .await
+                .map_err(|_| ProposeError::Stopped)
+        })
+    }))
 }
 
 /// How long a request waits for an election: about what one takes.
@@ -153,6 +169,16 @@ pub(super) fn read_batchers(
     (reads, leader_reads)
 }
 
+/// A read under the leader lease.
+enum LeasedRead {
+    /// Everything in this leader's log was applied: its last index is the read index,
+    /// with nothing to wait for and no need to ask raft's core.
+    Idle(u64),
+    /// Writes are in flight: the committed index, asked of raft's core, at least `floor`,
+    /// so the read does not wait for writes that were not committed when it came.
+    Busy { floor: u64 },
+}
+
 impl NodeCore {
     /// Waits until this node has applied everything committed before the call: the
     /// read-index protocol (the leader confirms leadership with a quorum, then every read
@@ -184,29 +210,31 @@ impl NodeCore {
     /// A read index: under the leader lease if this member holds one, else from a round
     /// of `batcher`.
     async fn read_index_via(&self, batcher: &Arc<ReadBatcher>) -> Result<u64, ProposeError> {
-        match self.lease_read_index() {
-            Some(index) => Ok(index),
+        match self.leased_read() {
+            Some(LeasedRead::Idle(index)) => Ok(index),
+            Some(LeasedRead::Busy { floor }) => Ok(floor.max(self.committed.read_index().await?)),
             None => batcher.read_index().await,
         }
     }
 
-    /// With `--leader-lease-reads`, on a leader whose lease of this term runs: its last
-    /// log index (see [`crate::read_lease`]), renewing the lease in the background once
-    /// half of it is gone. `None`: confirm with a round instead.
-    fn lease_read_index(&self) -> Option<u64> {
+    /// With `--leader-lease-reads`, on a leader whose lease of this term runs: how a read
+    /// finds its index under the lease (see [`crate::read_lease`]), renewing the lease in
+    /// the background once half of it is gone. `None`: confirm with a round instead.
+    fn leased_read(&self) -> Option<LeasedRead> {
         let lease = self.lease.as_ref()?;
         if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
             return None;
         }
-        let (leader, term, last) = {
+        let (leader, term, last, applied) = {
             let m = self.raft.metrics();
             let m = m.borrow();
-            (m.current_leader, m.current_term, m.last_log_index)
+            let applied = m.last_applied.map_or(0, |l| l.index);
+            (m.current_leader, m.current_term, m.last_log_index, applied)
         };
         if leader != Some(self.id) {
             return None;
         }
-        let remaining = lease.remaining(term, tokio::time::Instant::now())?;
+        let (remaining, floor) = lease.current(term, tokio::time::Instant::now())?;
         if lease.start_renewal(remaining) {
             let (lease, reads) = (lease.clone(), self.leader_reads.clone());
             tokio::spawn(async move {
@@ -215,7 +243,11 @@ impl NodeCore {
             });
         }
         self.metrics.lease_read();
-        Some(last.unwrap_or(0))
+        let last = last.unwrap_or(0);
+        Some(match last <= applied {
+            true => LeasedRead::Idle(floor.max(last)),
+            false => LeasedRead::Busy { floor },
+        })
     }
 
     /// Whether this member grants votes now: with lease reads, not during its first two
