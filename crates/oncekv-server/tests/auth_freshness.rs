@@ -46,15 +46,21 @@ async fn disable_auth_behind(cluster: &mut TempCluster, leader: usize, lagging: 
     cluster.restart(lagging).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_right_after_auth_disable_are_checked_on_state_as_new_as_they_are() {
-    let mut cluster = TempCluster::start(3, |c| c.bcrypt_cost = 4).await;
+/// A 3-member cluster with user root (auth still off): the cluster, its leader, the
+/// member that will lag, and an auth client to the leader.
+async fn cluster_with_root() -> (TempCluster, usize, usize, AuthClient<Channel>) {
+    let cluster = TempCluster::start(3, |c| c.bcrypt_cost = 4).await;
     let leader = cluster.wait_leader(WAIT).await;
-    let lagging = (leader + 1) % 3;
     let mut auth = AuthClient::new(lazy(&cluster, leader));
     add_user_with_role(&mut auth, "root", "rootpw", "root")
         .await
         .unwrap();
+    (cluster, leader, (leader + 1) % 3, auth)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_right_after_auth_disable_are_checked_on_state_as_new_as_they_are() {
+    let (mut cluster, leader, lagging, _) = cluster_with_root().await;
 
     disable_auth_behind(&mut cluster, leader, lagging).await;
     let range = KvClient::new(lazy(&cluster, lagging))
@@ -84,13 +90,7 @@ async fn requests_right_after_auth_disable_are_checked_on_state_as_new_as_they_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_permitted_on_a_lagging_member_after_a_revoke_is_refused_at_apply() {
-    let mut cluster = TempCluster::start(3, |c| c.bcrypt_cost = 4).await;
-    let leader = cluster.wait_leader(WAIT).await;
-    let lagging = (leader + 1) % 3;
-    let mut auth = AuthClient::new(lazy(&cluster, leader));
-    add_user_with_role(&mut auth, "root", "rootpw", "root")
-        .await
-        .unwrap();
+    let (mut cluster, leader, lagging, mut auth) = cluster_with_root().await;
     add_readwrite_role(&mut auth, "app", "k", "").await.unwrap();
     add_user_with_role(&mut auth, "app", "apppw", "app")
         .await
