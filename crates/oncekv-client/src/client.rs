@@ -359,6 +359,17 @@ impl Client {
                     reauthenticated = true;
                     self.authenticate().await?;
                 }
+                // A refusal at the door (the token, the user's rights, the session's
+                // window) is given before the cluster looks at the seq, so it says nothing
+                // about an earlier attempt that may have run.
+                Failure::Answer(e)
+                    if maybe_sent && tracked.is_some() && refused_at_the_door(&e) =>
+                {
+                    let reason = format!(
+                        "an earlier attempt may have run, and a later one was refused before the cluster checked its seq: {e}"
+                    );
+                    return Err(self.outcome_unknown(what, tracked.as_ref(), &budget, reason));
+                }
                 Failure::Answer(e) => return Err(e),
                 Failure::SessionExpired(message) => {
                     let Some(t) = tracked.take() else {
@@ -506,4 +517,17 @@ impl Client {
             None => Ok(t.open_endpoint(&crate::transport::endpoint(endpoint, &self.inner.config)?)),
         }
     }
+}
+
+/// Whether a write's refusal came before the cluster looked up its (client id, seq): an
+/// auth refusal (a token gone stale or invalid, a permission the user no longer has) or
+/// a full window. Such a refusal answers that attempt only; an earlier attempt of the
+/// same seq may still have run. (The one auth refusal given at apply, a write permitted
+/// at an older auth revision, is the seq's saved answer; it is counted here too, which
+/// errs toward "unknown", never toward a wrong "not applied".)
+fn refused_at_the_door(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Auth(_) | Error::PermissionDenied(_) | Error::WindowExceeded(_)
+    )
 }

@@ -62,6 +62,10 @@
 //!   server, the client registers a new session and sends the write under it. If the write
 //!   had been sent before, the call fails with [`Error::OutcomeUnknown`]: it may or may
 //!   not have been applied. Either way the next call uses a fresh session.
+//! - **Refusals at the door.** An auth refusal (a stale token the client cannot renew,
+//!   a permission the user lost) or a full window is given before the cluster looks at
+//!   the seq. After an attempt that may have run, such a refusal also ends the call in
+//!   [`Error::OutcomeUnknown`], never in the refusal itself.
 //! - **Reads** (get, range, lease time-to-live and leases, member list) are retried the
 //!   same way without a session; they are linearizable unless asked to be serializable.
 //! - **Watches** ([`Client::watch`]) run on a stream of their own to one member (any
