@@ -37,6 +37,15 @@ var retryableDetails = map[string]bool{
 	"stopping":         true,
 }
 
+// The details of refusals given before the cluster looks at a write's seq: auth (a stale
+// or invalid token, a permission the user lost) and a full window. They answer the
+// attempt that got them and say nothing about an earlier attempt of the same seq.
+var doorDetails = map[string]bool{
+	"auth":              true,
+	"permission-denied": true,
+	"window-exceeded":   true,
+}
+
 // trackedMethods are the writes: each runs once under a session. Every Txn is tracked,
 // even a read-only one: telling them apart would mean decoding the request, and tracking
 // a read costs only a saved response.
@@ -175,6 +184,15 @@ func (s *Session) send(ctx context.Context, start time.Time, sess *session, seq 
 			return false, nil
 		}
 		switch classify(err, header, trailer) {
+		case classDoor:
+			if mayHaveRun {
+				// An earlier attempt may have run: this refusal cannot say it did not.
+				// (Returned as is, clientv3 would renew a stale token and send the write
+				// again as a new call, under a new seq: applied twice.)
+				return false, unknown(err)
+			}
+			sess.complete(seq)
+			return false, err
 		case classAnswer:
 			// The cluster's answer, returned unchanged: etcd's code and message, so
 			// clientv3's rpctypes errors still match.
@@ -216,6 +234,7 @@ const (
 	classAnswer  errorClass = iota // final: return it
 	classRetry                     // resend the same request
 	classExpired                   // the session is gone
+	classDoor                      // refused before the seq was looked at (doorDetails)
 )
 
 func classify(err error, header, trailer metadata.MD) errorClass {
@@ -224,6 +243,8 @@ func classify(err error, header, trailer metadata.MD) errorClass {
 		return classExpired
 	case retryableDetails[detail]:
 		return classRetry
+	case doorDetails[detail]:
+		return classDoor
 	case detail != "":
 		return classAnswer
 	}

@@ -64,6 +64,9 @@ func TestClassify(t *testing.T) {
 		{status.Error(codes.Unavailable, "transport is closing"), nil, classRetry},
 		{status.Error(codes.InvalidArgument, "x"), nil, classAnswer},
 		{status.Error(codes.Internal, "x"), md("bug"), classAnswer},
+		{status.Error(codes.InvalidArgument, "etcdserver: revision of auth store is old"), md("auth"), classDoor},
+		{status.Error(codes.PermissionDenied, "etcdserver: permission denied"), md("permission-denied"), classDoor},
+		{status.Error(codes.ResourceExhausted, "x"), md("window-exceeded"), classDoor},
 	}
 	for _, c := range cases {
 		if got := classify(c.err, nil, c.trailer); got != c.want {

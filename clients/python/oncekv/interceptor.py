@@ -44,6 +44,10 @@ _SESSION_KEYS = (CLIENT_ID_KEY, SECRET_KEY, SEQ_KEY, FIRST_INCOMPLETE_KEY)
 SESSION_EXPIRED = "session-expired"
 # The cluster could not decide now; the same request may succeed later or on another try.
 RETRYABLE_DETAILS = frozenset({"not-leader", "no-leader", "timeout", "peer-unreachable", "stopping"})
+# Refusals given before the cluster looks at a write's seq (a stale or invalid token, a
+# permission the user lost, a full window): they answer the attempt that got them and say
+# nothing about an earlier attempt of the same seq.
+DOOR_DETAILS = frozenset({"auth", "permission-denied", "window-exceeded"})
 _RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
@@ -382,6 +386,12 @@ class SessionInterceptor(grpc.UnaryUnaryClientInterceptor):
                     session, seq = self._begin(token, deadline)
                     continue
                 if not _retryable(error, detail):
+                    if maybe_sent and detail in DOOR_DETAILS:
+                        # An earlier attempt may have run; this refusal cannot say it did not.
+                        self.stats.add("outcome_unknown")
+                        raise OutcomeUnknown(method, session.info.client_id, seq,
+                                             "refused before its seq was checked: %s: %s"
+                                             % (error.code(), error.details()), error) from error
                     return outcome  # the cluster's answer, raised unchanged to the caller
                 if not _never_left(error):
                     maybe_sent = True
