@@ -368,6 +368,11 @@ class SessionInterceptor(grpc.UnaryUnaryClientInterceptor):
                                        details.wait_for_ready, details.compression)
                 outcome = continuation(attempt, request)
                 error = outcome.exception()
+                if error is None and token:
+                    # The cluster took this token for the session, so it is its user's, and
+                    # the freshest: an auth change makes the one it registered with stale,
+                    # and keep-alives sent with that would let the session expire.
+                    self._token = token
                 if error is None or not isinstance(error, grpc.RpcError):
                     return outcome  # an answer, or a local failure that no retry would fix
                 detail = error_detail(error)

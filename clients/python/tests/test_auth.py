@@ -116,3 +116,26 @@ def test_a_refusal_after_a_lost_reply_leaves_the_outcome_unknown(plain_auth_clus
         tracked.close()
         proxy.close()
         direct.close()
+
+
+def test_keep_alives_follow_the_token_of_the_latest_write(plain_auth_cluster):
+    # An auth change makes the token the session was registered with stale. Once a write
+    # goes through with a fresh token, the keep-alives must use that one, or the session
+    # expires and the next write has to register again.
+    endpoint = plain_auth_cluster.endpoints[0]
+    direct = grpc.insecure_channel("%s:%d" % endpoint)
+    tracked = oncekv.intercept(grpc.insecure_channel("%s:%d" % endpoint))
+    try:
+        first = _token(direct, "root", "pw")
+        kv = etcdrpc.KVStub(tracked)
+        kv.Put(etcdrpc.PutRequest(key=b"ka-1", value=b"x"), timeout=10, metadata=first)
+        etcdrpc.AuthStub(direct).RoleAdd(etcdrpc.AuthRoleAddRequest(name="ka-other"),
+                                         timeout=10, metadata=first)
+        fresh = _token(direct, "root", "pw")
+        kv.Put(etcdrpc.PutRequest(key=b"ka-2", value=b"x"), timeout=10, metadata=fresh)
+        time.sleep(SESSION_TTL * 2)  # only keep-alives the cluster accepts hold it
+        kv.Put(etcdrpc.PutRequest(key=b"ka-3", value=b"x"), timeout=10, metadata=fresh)
+        assert tracked.session.stats.registrations == 1, "the session expired"
+    finally:
+        tracked.close()
+        direct.close()
