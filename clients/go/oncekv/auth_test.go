@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/clientv3"
-	"google.golang.org/grpc"
 )
 
 // withAuth turns auth on for the rest of t: a root user and a user allowed to read and
@@ -55,27 +54,6 @@ func withAuth(t *testing.T, prefix string) (user, password string, root *clientv
 		_, _ = admin.UserDelete(ctx, "root")
 	})
 	return user, password, root
-}
-
-// newClientAs is newClient with a user's credentials.
-func newClientAs(t *testing.T, eps []string, sess *Session, user, password string) *clientv3.Client {
-	t.Helper()
-	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 10 * time.Second, LogConfig: quietLog(),
-		Username: user, Password: password}
-	if sess != nil {
-		cfg.DialOptions = []grpc.DialOption{WithExactlyOnce(sess)}
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatalf("clientv3.New as %s: %v", user, err)
-	}
-	t.Cleanup(func() {
-		if sess != nil {
-			_ = sess.Close()
-		}
-		_ = cli.Close()
-	})
-	return cli
 }
 
 // A put's reply is lost and, before the retry, an unrelated auth change makes clientv3's

@@ -203,7 +203,14 @@ func needCluster(t *testing.T) {
 // newClient is a clientv3 client of eps, through sess when it is not nil.
 func newClient(t *testing.T, eps []string, sess *Session) *clientv3.Client {
 	t.Helper()
-	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 10 * time.Second, LogConfig: quietLog()}
+	return newClientAs(t, eps, sess, "", "")
+}
+
+// newClientAs is newClient with a user's credentials (none when user is empty).
+func newClientAs(t *testing.T, eps []string, sess *Session, user, password string) *clientv3.Client {
+	t.Helper()
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 10 * time.Second, LogConfig: quietLog(),
+		Username: user, Password: password}
 	if sess != nil {
 		cfg.DialOptions = []grpc.DialOption{WithExactlyOnce(sess)}
 	}
